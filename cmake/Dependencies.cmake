@@ -1,0 +1,37 @@
+# Third-party dependencies. launch/marlaas installs the Debian packages that provide them.
+find_package(Threads REQUIRED)
+find_package(Boost 1.71 REQUIRED)  # Interprocess is header-only
+find_package(Protobuf REQUIRED)
+find_package(GTest REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(SECCOMP REQUIRED IMPORTED_TARGET libseccomp)
+
+# LibTorch: Debian's libtorch-dev (1.13, CPU) here; on GPU hosts a CUDA LibTorch (2.x) through
+# CMAKE_PREFIX_PATH. Only model/, rl/ and the processes that run them link it.
+find_package(Torch REQUIRED)
+message(STATUS "LibTorch ${Torch_VERSION}: ${TORCH_LIBRARIES}")
+
+# CUDA is optional: with nvcc, kernels/cuda and the NCCL code are compiled and linked even on a
+# machine without a GPU; tests that need a device skip with a message.
+option(MARLAAS_WITH_CUDA "Build the CUDA kernels and NCCL code when nvcc is found" ON)
+set(MARLAAS_HAVE_CUDA OFF)
+if(MARLAAS_WITH_CUDA)
+  if(NOT DEFINED ENV{CUDACXX} AND NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(ENV{CUDACXX} /usr/local/cuda/bin/nvcc)
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 90)  # H100/H200; override with -DCMAKE_CUDA_ARCHITECTURES
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
+    find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
+    find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+    set(MARLAAS_HAVE_CUDA ON)
+    message(STATUS "CUDA ${CUDAToolkit_VERSION}: kernels/cuda enabled (archs ${CMAKE_CUDA_ARCHITECTURES}); NCCL: ${NCCL_LIBRARY}")
+  else()
+    message(STATUS "nvcc not found: building without CUDA")
+  endif()
+endif()

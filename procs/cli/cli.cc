@@ -1,0 +1,85 @@
+#include "procs/cli/cli.h"
+
+#include <cstdio>
+#include <cstring>
+
+namespace marlaas::cli {
+
+const std::vector<Command>& Commands() {
+  static const std::vector<Command> kCommands = {
+      {"validate", "JOB.json", "check a job spec and print it with every default filled in",
+       RunValidate},
+      {"segments", "[--instance NAME]", "list MARLaaS shared-memory segments and their owners",
+       RunSegments},
+      {"clean", "[--instance NAME] [--dry-run]",
+       "remove shared-memory segments whose creating process has exited", RunClean},
+      {"gpus", "", "list the CUDA devices this build can use, or say why there are none",
+       RunGpus},
+  };
+  return kCommands;
+}
+
+static void PrintHelp(FILE* out) {
+  std::fprintf(out,
+               "usage: marlaas COMMAND [ARGS]\n\n"
+               "Multi-tenant asynchronous RL fine-tuning as a service.\n\ncommands:\n");
+  for (const Command& c : Commands()) {
+    std::fprintf(out, "  %-9s %-32s %s\n", c.name, c.args, c.summary);
+  }
+  std::fprintf(out, "\n`marlaas COMMAND --help` shows one command's usage.\n");
+}
+
+bool TakeFlag(std::vector<std::string>* args, const std::string& name, std::string* value) {
+  for (size_t i = 0; i < args->size(); ++i) {
+    if ((*args)[i] == name && i + 1 < args->size()) {
+      *value = (*args)[i + 1];
+      args->erase(args->begin() + long(i), args->begin() + long(i) + 2);
+      return true;
+    }
+    if ((*args)[i].rfind(name + "=", 0) == 0) {
+      *value = (*args)[i].substr(name.size() + 1);
+      args->erase(args->begin() + long(i));
+      return true;
+    }
+  }
+  return false;
+}
+
+bool TakeSwitch(std::vector<std::string>* args, const std::string& name) {
+  for (size_t i = 0; i < args->size(); ++i) {
+    if ((*args)[i] == name) {
+      args->erase(args->begin() + long(i));
+      return true;
+    }
+  }
+  return false;
+}
+
+int RejectRest(const char* command, const std::vector<std::string>& args) {
+  if (args.empty()) return 0;
+  std::fprintf(stderr, "marlaas %s: unexpected argument '%s' (see `marlaas %s --help`)\n", command,
+               args[0].c_str(), command);
+  return 2;
+}
+
+int Main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
+      !std::strcmp(argv[1], "help")) {
+    PrintHelp(stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  for (const Command& c : Commands()) {
+    if (std::strcmp(argv[1], c.name) != 0) continue;
+    std::vector<std::string> args(argv + 2, argv + argc);
+    if (TakeSwitch(&args, "--help") || TakeSwitch(&args, "-h")) {
+      std::printf("usage: marlaas %s %s\n  %s\n", c.name, c.args, c.summary);
+      return 0;
+    }
+    return c.run(args);
+  }
+  std::fprintf(stderr, "marlaas: unknown command '%s'\n\n", argv[1]);
+  PrintHelp(stderr);
+  return 2;
+}
+
+}  // namespace marlaas::cli

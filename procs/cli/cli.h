@@ -1,0 +1,34 @@
+// The `marlaas` command line: a table of subcommands, each a function from its arguments to an
+// exit code. Exit codes: 0 success, 1 the operation failed, 2 bad usage.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace marlaas::cli {
+
+struct Command {
+  const char* name;
+  const char* args;     // usage synopsis after the name
+  const char* summary;  // one line for `marlaas --help`
+  int (*run)(const std::vector<std::string>& args);
+};
+
+// The commands, in the order `--help` lists them.
+const std::vector<Command>& Commands();
+int Main(int argc, char** argv);
+
+// Subcommands (one file each).
+int RunSegments(const std::vector<std::string>& args);
+int RunClean(const std::vector<std::string>& args);
+int RunValidate(const std::vector<std::string>& args);
+int RunGpus(const std::vector<std::string>& args);
+
+// Small argument helper: removes "--name VALUE" from args; returns false if absent.
+bool TakeFlag(std::vector<std::string>* args, const std::string& name, std::string* value);
+// Removes a bare "--name" switch; returns whether it was present.
+bool TakeSwitch(std::vector<std::string>* args, const std::string& name);
+// Prints "marlaas NAME: unexpected argument ..." and returns 2 if args is non-empty, else 0.
+int RejectRest(const char* command, const std::vector<std::string>& args);
+
+}  // namespace marlaas::cli

@@ -1,0 +1,67 @@
+// SeqlockCell<T>: one value of a trivially copyable T in shared memory, written by a single
+// writer process and read by any number of readers without blocking the writer. The value is
+// held as relaxed atomic words, so a racing read is defined behaviour, only inconsistent, and
+// the sequence check discards it. A writer that dies mid-store leaves the sequence odd: readers
+// then fail (bounded) instead of spinning forever, and the next Store repairs it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "shm/futex.h"
+
+namespace marlaas {
+
+template <typename T>
+class SeqlockCell {
+  static_assert(std::is_trivially_copyable_v<T>, "seqlock values are copied word by word");
+  static constexpr size_t kWords = (sizeof(T) + 7) / 8;
+
+ public:
+  // Writer only.
+  void Store(const T& value) {
+    uint64_t words[kWords] = {};
+    std::memcpy(words, &value, sizeof(T));
+    uint64_t s = seq_.load(std::memory_order_relaxed);
+    if (s & 1) ++s;  // the previous writer died mid-store; overwrite its half-written value
+    seq_.store(s + 1, std::memory_order_relaxed);
+    // SYNC POINT WRITE: the odd sequence is ordered before the data stores (release fence), so
+    // a reader that sees new data also sees the sequence move.
+    std::atomic_thread_fence(std::memory_order_release);
+    for (size_t i = 0; i < kWords; ++i) words_[i].store(words[i], std::memory_order_relaxed);
+    // Pairs with the reader's acquire load of seq_ at the start of its next attempt.
+    seq_.store(s + 2, std::memory_order_release);
+  }
+
+  // Copies a consistent value into *out. Returns false when none could be had within
+  // `max_attempts` tries (the writer died mid-store, or is storing faster than we can copy).
+  bool Load(T* out, int max_attempts = 100000) const {
+    uint64_t words[kWords];
+    for (int attempt = 0; attempt < max_attempts; ++attempt) {
+      const uint64_t s1 = seq_.load(std::memory_order_acquire);
+      if (s1 & 1) {
+        CpuRelax();
+        continue;
+      }
+      for (size_t i = 0; i < kWords; ++i) words[i] = words_[i].load(std::memory_order_relaxed);
+      // SYNC POINT READ: the data loads complete before the second sequence read.
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (seq_.load(std::memory_order_relaxed) == s1) {
+        std::memcpy(out, words, sizeof(T));
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Number of completed stores.
+  uint64_t stores() const { return seq_.load(std::memory_order_acquire) / 2; }
+
+ private:
+  std::atomic<uint64_t> seq_{0};
+  std::atomic<uint64_t> words_[kWords] = {};
+};
+
+}  // namespace marlaas
