@@ -1,5 +1,7 @@
 #include "shm/adapter_store.h"
 
+#include <sched.h>
+
 #include <new>
 
 namespace marlaas {
@@ -182,7 +184,7 @@ Result<uint64_t> AdapterStore::ReadLatest(int slot, void* dst, size_t dst_bytes,
                                                     std::to_string(bytes));
   }
   AdapterSlot* s = &slots_[slot];
-  for (;;) {
+  for (int attempt = 0;; ++attempt) {
     const uint64_t published = s->published.load(std::memory_order_acquire);
     if (published == 0) {
       return Status(StatusCode::kNotFound, "tenant '" + std::string(info.tenant_id) +
@@ -203,7 +205,11 @@ Result<uint64_t> AdapterStore::ReadLatest(int slot, void* dst, size_t dst_bytes,
                                               std::string(info.tenant_id) +
                                               "': the writer kept rewriting it");
     }
-    CpuRelax();
+    if (attempt < 64) {
+      CpuRelax();
+    } else {
+      sched_yield();  // the writer may need this core to finish
+    }
   }
 }
 

@@ -5,11 +5,14 @@
 // then fail (bounded) instead of spinning forever, and the next Store repairs it.
 #pragma once
 
+#include <sched.h>
+
 #include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 
+#include "base/deadline.h"
 #include "shm/futex.h"
 
 namespace marlaas {
@@ -35,25 +38,29 @@ class SeqlockCell {
     seq_.store(s + 2, std::memory_order_release);
   }
 
-  // Copies a consistent value into *out. Returns false when none could be had within
-  // `max_attempts` tries (the writer died mid-store, or is storing faster than we can copy).
-  bool Load(T* out, int max_attempts = 100000) const {
+  // Copies a consistent value into *out. Returns false when none could be had by `deadline`:
+  // the writer died mid-store, or was descheduled mid-store for that long. Spins briefly, then
+  // yields the CPU, so a reader never starves a writer that shares its core.
+  bool Load(T* out, Deadline deadline = Deadline::AfterMs(500)) const {
     uint64_t words[kWords];
-    for (int attempt = 0; attempt < max_attempts; ++attempt) {
+    for (int attempt = 0;; ++attempt) {
       const uint64_t s1 = seq_.load(std::memory_order_acquire);
-      if (s1 & 1) {
-        CpuRelax();
-        continue;
+      if ((s1 & 1) == 0) {
+        for (size_t i = 0; i < kWords; ++i) words[i] = words_[i].load(std::memory_order_relaxed);
+        // SYNC POINT READ: the data loads complete before the second sequence read.
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (seq_.load(std::memory_order_relaxed) == s1) {
+          std::memcpy(out, words, sizeof(T));
+          return true;
+        }
       }
-      for (size_t i = 0; i < kWords; ++i) words[i] = words_[i].load(std::memory_order_relaxed);
-      // SYNC POINT READ: the data loads complete before the second sequence read.
-      std::atomic_thread_fence(std::memory_order_acquire);
-      if (seq_.load(std::memory_order_relaxed) == s1) {
-        std::memcpy(out, words, sizeof(T));
-        return true;
+      if (attempt < 64) {
+        CpuRelax();
+      } else {
+        if (deadline.Expired()) return false;
+        sched_yield();
       }
     }
-    return false;
   }
 
   // Number of completed stores.

@@ -1,0 +1,92 @@
+// Job spec JSON: defaults, and refusals that name the offending field.
+#include "proto/job_spec.h"
+
+#include <gtest/gtest.h>
+
+namespace marlaas {
+namespace {
+
+std::string ErrorOf(const std::string& json) {
+  auto r = ParseJobSpecJson(json);
+  EXPECT_FALSE(r.ok()) << json;
+  return r.ok() ? "" : r.status().message();
+}
+
+TEST(JobSpecTest, MinimalSpecGetsDocumentedDefaults) {
+  auto r = ParseJobSpecJson(R"({"tenant": "alice", "task": "countdown"})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->lora().rank(), 8u);
+  EXPECT_FLOAT_EQ(r->lora().alpha(), 16.0f);
+  EXPECT_EQ(r->lora().targets_size(), 7);
+  EXPECT_EQ(r->group_size(), 8u);
+  EXPECT_EQ(r->prompts_per_step(), 4u);
+  EXPECT_EQ(r->max_staleness(), 1u);
+  EXPECT_FLOAT_EQ(r->sampling().temperature(), 1.0f);
+  EXPECT_TRUE(r->grpo().normalize_std());
+  EXPECT_EQ(r->sandbox().timeout_ms(), 2000u);
+}
+
+TEST(JobSpecTest, ExplicitValuesAndCamelCaseNamesAreKept) {
+  auto r = ParseJobSpecJson(
+      R"({"tenant": "b-2", "task": "arithmetic", "lora": {"rank": 16, "targets": ["q_proj"]},
+          "groupSize": 4, "max_staleness": 0, "optimizer": {"schedule": "cosine"}})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->lora().rank(), 16u);
+  EXPECT_FLOAT_EQ(r->lora().alpha(), 32.0f);
+  ASSERT_EQ(r->lora().targets_size(), 1);
+  EXPECT_EQ(r->group_size(), 4u);
+  EXPECT_EQ(r->max_staleness(), 0u);  // an explicit 0 is not replaced by the default
+  EXPECT_EQ(r->optimizer().schedule(), "cosine");
+}
+
+TEST(JobSpecTest, UnknownFieldsAreRefusedByName) {
+  EXPECT_EQ(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "grup_size": 4})"),
+            "job spec field 'grup_size': unknown field");
+  EXPECT_EQ(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "lora": {"rnk": 4}})"),
+            "job spec field 'lora.rnk': unknown field");
+}
+
+TEST(JobSpecTest, OutOfRangeValuesAreRefusedByName) {
+  EXPECT_EQ(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "lora": {"rank": 0}})"),
+            "job spec field 'lora.rank': 0 is out of range [1, 64]");
+  EXPECT_EQ(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "group_size": 1})"),
+            "job spec field 'group_size': 1 is out of range [2, 256]");
+  EXPECT_EQ(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "sampling": {"temperature": 0}})"),
+            "job spec field 'sampling.temperature': 0 is out of range (0, 4]");
+  EXPECT_EQ(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "max_staleness": 17})"),
+            "job spec field 'max_staleness': 17 is out of range [0, 16]");
+  EXPECT_NE(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "group_size": -3})")
+                .find("job spec field 'group_size'"),
+            std::string::npos);
+}
+
+TEST(JobSpecTest, BadNamesTasksAndTargetsAreRefused) {
+  EXPECT_NE(ErrorOf(R"({"tenant": "Alice!", "task": "arithmetic"})").find("field 'tenant'"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"tenant": "a", "task": "chess"})").find("field 'task': 'chess'"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "lora": {"targets": ["qkv"]}})")
+                .find("field 'lora.targets': 'qkv'"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"tenant": "a", "task": "custom"})").find("'dataset.jsonl_path'"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "verifier": {"command": ["x"]}})")
+                .find("'verifier.command'"),
+            std::string::npos);
+}
+
+TEST(JobSpecTest, MalformedJsonIsRefused) {
+  EXPECT_NE(ErrorOf(R"({"tenant": "a", "task": )").find("not valid JSON"), std::string::npos);
+  EXPECT_FALSE(LoadJobSpecFile("/nonexistent/job.json").ok());
+}
+
+TEST(JobSpecTest, CanonicalJsonRoundTrips) {
+  auto r = ParseJobSpecJson(R"({"tenant": "a", "task": "arithmetic"})");
+  ASSERT_TRUE(r.ok());
+  auto again = ParseJobSpecJson(JobSpecToJson(*r));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->SerializeAsString(), r->SerializeAsString());
+}
+
+}  // namespace
+}  // namespace marlaas

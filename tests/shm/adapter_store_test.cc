@@ -1,0 +1,169 @@
+// The adapter store: registration, publishing, and readers that never see a torn adapter.
+#include "shm/adapter_store.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include <vector>
+
+#include "tests/test_util.h"
+
+namespace marlaas {
+namespace {
+
+using testing::ForkChild;
+using testing::ScopedInstance;
+using testing::WaitChild;
+
+AdapterLayout SmallLayout() {
+  AdapterLayout l;
+  l.rank = 4;
+  l.alpha = 8;
+  l.num_layers = 2;
+  l.target_mask = (1u << uint32_t(LoraTarget::kQ)) | (1u << uint32_t(LoraTarget::kDown));
+  l.in_dim[uint32_t(LoraTarget::kQ)] = 32;
+  l.out_dim[uint32_t(LoraTarget::kQ)] = 32;
+  l.in_dim[uint32_t(LoraTarget::kDown)] = 64;
+  l.out_dim[uint32_t(LoraTarget::kDown)] = 32;
+  return l;
+}
+
+// Element i of the adapter published as `version`.
+float Pattern(uint64_t version, uint64_t i) { return float((version * 131 + i * 7) % 100003); }
+
+void Fill(float* p, uint64_t n, uint64_t version) {
+  for (uint64_t i = 0; i < n; ++i) p[i] = Pattern(version, i);
+}
+
+TEST(AdapterLayoutTest, OffsetsTileTheFlatBufferInOrder) {
+  const AdapterLayout l = SmallLayout();
+  ASSERT_TRUE(l.Validate().ok());
+  const uint64_t q = 4 * (32 + 32), down = 4 * (64 + 32);
+  EXPECT_EQ(l.NumElements(), 2 * (q + down));
+  EXPECT_EQ(l.OffsetOfA(0, LoraTarget::kQ), 0u);
+  EXPECT_EQ(l.OffsetOfB(0, LoraTarget::kQ), 4u * 32);
+  EXPECT_EQ(l.OffsetOfA(0, LoraTarget::kDown), q);
+  EXPECT_EQ(l.OffsetOfB(0, LoraTarget::kDown), q + 4 * 64);
+  EXPECT_EQ(l.OffsetOfA(1, LoraTarget::kQ), q + down);
+}
+
+TEST(AdapterLayoutTest, InvalidLayoutsAreRejected) {
+  AdapterLayout l = SmallLayout();
+  l.rank = 0;
+  EXPECT_FALSE(l.Validate().ok());
+  l = SmallLayout();
+  l.in_dim[uint32_t(LoraTarget::kQ)] = 0;
+  EXPECT_NE(l.Validate().message().find("q_proj"), std::string::npos);
+}
+
+TEST(AdapterStoreTest, PublishThenReadReturnsTheNewestVersion) {
+  ScopedInstance inst;
+  auto store = AdapterStore::Create(inst.name(), {4, 1 << 16});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const AdapterLayout l = SmallLayout();
+  ASSERT_TRUE(store->Register(2, "alice", l).ok());
+  std::vector<float> out(l.NumElements());
+  EXPECT_EQ(store->ReadLatest(2, out.data(), out.size() * 4, Deadline::AfterMs(10)).status().code(),
+            StatusCode::kNotFound);
+  for (uint64_t v = 1; v <= 3; ++v) {
+    auto span = store->BeginWrite(2);
+    ASSERT_TRUE(span.ok());
+    ASSERT_EQ(span->bytes, l.NumBytes());
+    Fill(static_cast<float*>(span->data), l.NumElements(), v);
+    ASSERT_TRUE(store->Publish(2, v).ok());
+  }
+  auto reader = AdapterStore::Attach(inst.name());
+  ASSERT_TRUE(reader.ok());
+  auto v = reader->ReadLatest(2, out.data(), out.size() * 4, Deadline::AfterMs(100));
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(*v, 3u);
+  for (uint64_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], Pattern(3, i));
+  auto info = reader->Info(2);
+  ASSERT_TRUE(info.ok());
+  EXPECT_STREQ(info->tenant_id, "alice");
+  EXPECT_EQ(info->layout.rank, 4u);
+}
+
+TEST(AdapterStoreTest, VersionsMustIncreaseAndSlotsBeHeld) {
+  ScopedInstance inst;
+  auto store = AdapterStore::Create(inst.name(), {2, 1 << 16});
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ(store->BeginWrite(0).status().code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(store->Register(0, "bob", SmallLayout()).ok());
+  EXPECT_EQ(store->Register(0, "carol", SmallLayout()).code(), StatusCode::kAlreadyExists);
+  ASSERT_TRUE(store->BeginWrite(0).ok());
+  ASSERT_TRUE(store->Publish(0, 5).ok());
+  ASSERT_TRUE(store->BeginWrite(0).ok());
+  EXPECT_EQ(store->Publish(0, 5).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->Register(7, "dave", SmallLayout()).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(AdapterStoreTest, AdapterLargerThanTheBuffersIsRefused) {
+  ScopedInstance inst;
+  auto store = AdapterStore::Create(inst.name(), {1, 1024});
+  ASSERT_TRUE(store.ok());
+  Status st = store->Register(0, "big", SmallLayout());
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(st.message().find("big"), std::string::npos);
+}
+
+// Property: a reader in another process, reading continuously while the writer publishes
+// thousands of versions, only ever gets whole adapters: every element matches the pattern of the
+// version ReadLatest reports, and versions never go backwards. The writer keeps publishing until
+// the reader has seen kDistinct different versions, so the two really overlap.
+TEST(AdapterStoreTest, ConcurrentReaderNeverSeesATornAdapter) {
+  ScopedInstance inst;
+  auto store = AdapterStore::Create(inst.name(), {1, 1 << 20});
+  ASSERT_TRUE(store.ok());
+  AdapterLayout l = SmallLayout();
+  l.num_layers = 24;  // ~40k floats: copies take long enough to overlap with publishes
+  ASSERT_TRUE(store->Register(0, "t", l).ok());
+  auto span = store->BeginWrite(0);
+  ASSERT_TRUE(span.ok());
+  Fill(static_cast<float*>(span->data), l.NumElements(), 1);
+  ASSERT_TRUE(store->Publish(0, 1).ok());
+  constexpr uint64_t kDistinct = 1000;
+  int done[2];
+  ASSERT_EQ(::pipe2(done, O_NONBLOCK), 0);
+
+  pid_t reader = ForkChild([&]() -> int {
+    auto r = AdapterStore::Attach(inst.name());
+    if (!r.ok()) return 50;
+    std::vector<float> out(l.NumElements());
+    uint64_t last = 0, distinct = 0;
+    while (distinct < kDistinct) {
+      auto v = r->ReadLatest(0, out.data(), out.size() * 4, Deadline::AfterMs(10000));
+      if (!v.ok()) return 51;
+      if (*v < last) return 52;
+      for (uint64_t i = 0; i < out.size(); ++i) {
+        if (out[i] != Pattern(*v, i)) {
+          std::fprintf(stderr, "torn: version %llu element %llu\n", (unsigned long long)*v,
+                       (unsigned long long)i);
+          return 53;
+        }
+      }
+      distinct += *v != last;
+      last = *v;
+    }
+    return ::write(done[1], "d", 1) == 1 ? 0 : 54;
+  });
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  char x;
+  uint64_t v = 2;
+  for (; ::read(done[0], &x, 1) != 1 && std::chrono::steady_clock::now() < give_up; ++v) {
+    auto w = store->BeginWrite(0);
+    ASSERT_TRUE(w.ok());
+    Fill(static_cast<float*>(w->data), l.NumElements(), v);
+    ASSERT_TRUE(store->Publish(0, v).ok());
+  }
+  auto e = WaitChild(reader);
+  EXPECT_TRUE(e.exited && e.code == 0) << "reader exit " << e.code << " signal " << e.signal;
+  EXPECT_GT(v, kDistinct);
+  ::close(done[0]);
+  ::close(done[1]);
+}
+
+}  // namespace
+}  // namespace marlaas

@@ -1,0 +1,92 @@
+#include "tests/test_util.h"
+
+#include <sys/mman.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "shm/stale_segments.h"
+
+namespace marlaas::testing {
+
+std::string UniqueInstance() {
+  static std::atomic<int> counter{0};
+  return "t" + std::to_string(::getpid()) + "x" + std::to_string(counter.fetch_add(1));
+}
+
+ScopedInstance::~ScopedInstance() {
+  auto list = ListSegments(name_);
+  if (!list.ok()) return;
+  for (const auto& s : *list) ::shm_unlink(("/" + s.system_name).c_str());
+}
+
+pid_t ForkChild(const std::function<int()>& body) {
+  std::fflush(nullptr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int rc = 111;
+    try {
+      rc = body();
+    } catch (...) {
+      rc = 112;
+    }
+    std::fflush(nullptr);
+    ::_exit(rc);
+  }
+  return pid;
+}
+
+ChildExit WaitChild(pid_t pid) {
+  int status = 0;
+  ChildExit out;
+  if (::waitpid(pid, &status, 0) != pid) return out;
+  if (WIFEXITED(status)) {
+    out.exited = true;
+    out.code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    out.signal = WTERMSIG(status);
+  }
+  return out;
+}
+
+ChildExit KillChild(pid_t pid) {
+  ::kill(pid, SIGKILL);
+  return WaitChild(pid);
+}
+
+uint64_t SplitMix64(uint64_t* state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+void FillPattern(uint64_t seq, unsigned char* out, size_t n) {
+  uint64_t state = seq * 7919 + 17;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w = SplitMix64(&state);
+    std::memcpy(out + i, &w, 8);
+  }
+  if (i < n) {
+    uint64_t w = SplitMix64(&state);
+    std::memcpy(out + i, &w, n - i);
+  }
+}
+
+bool CheckPattern(uint64_t seq, const unsigned char* data, size_t n) {
+  uint64_t state = seq * 7919 + 17;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w = SplitMix64(&state);
+    if (std::memcmp(data + i, &w, 8) != 0) return false;
+  }
+  if (i < n) {
+    uint64_t w = SplitMix64(&state);
+    if (std::memcmp(data + i, &w, n - i) != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace marlaas::testing

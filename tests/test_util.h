@@ -1,0 +1,46 @@
+// Helpers shared by the tests: unique service-instance names whose segments are removed at the
+// end of a test, and forked child processes that run a lambda.
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <functional>
+#include <string>
+
+namespace marlaas::testing {
+
+// "t<pid>x<n>": unique per call in this process and across concurrently running test binaries.
+std::string UniqueInstance();
+
+// Removes every segment of `instance` when it goes out of scope.
+class ScopedInstance {
+ public:
+  ScopedInstance() : name_(UniqueInstance()) {}
+  ~ScopedInstance();
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+};
+
+// Forks; the child runs body() and _exits with its return value (it never returns into gtest).
+pid_t ForkChild(const std::function<int()>& body);
+
+struct ChildExit {
+  bool exited = false;  // normal exit
+  int code = -1;        // exit code if exited
+  int signal = 0;       // terminating signal otherwise
+};
+ChildExit WaitChild(pid_t pid);
+// SIGKILL and reap.
+ChildExit KillChild(pid_t pid);
+
+// Deterministic pseudo-random bytes for record `seq` (splitmix64 stream).
+void FillPattern(uint64_t seq, unsigned char* out, size_t n);
+bool CheckPattern(uint64_t seq, const unsigned char* data, size_t n);
+uint64_t SplitMix64(uint64_t* state);
+
+}  // namespace marlaas::testing
