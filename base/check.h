@@ -5,10 +5,10 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define MARLAAS_CHECK(cond)                                                              \
-  do {                                                                                   \
-    if (__builtin_expect(!(cond), 0)) {                                                  \
+#define MARLAAS_CHECK(cond)                                                               \
+  do {                                                                                    \
+    if (__builtin_expect(!(cond), 0)) {                                                   \
       std::fprintf(stderr, "%s:%d: invariant violated: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                      \
-    }                                                                                    \
+      std::abort();                                                                       \
+    }                                                                                     \
   } while (0)

@@ -49,7 +49,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
     if (status_.ok()) status_ = Status(StatusCode::kInternal, "Result built from an OK status");
   }
@@ -78,10 +78,10 @@ Status ErrnoStatus(const std::string& what, int err);
 #define MARLAAS_CONCAT(a, b) MARLAAS_CONCAT_INNER(a, b)
 
 // Returns the Status from the enclosing function when `expr` is not OK.
-#define MARLAAS_RETURN_IF_ERROR(expr)         \
-  do {                                        \
-    ::marlaas::Status _st = (expr);           \
-    if (!_st.ok()) return _st;                \
+#define MARLAAS_RETURN_IF_ERROR(expr) \
+  do {                                \
+    ::marlaas::Status _st = (expr);   \
+    if (!_st.ok()) return _st;        \
   } while (0)
 
 // `lhs = value of rexpr`, or return its Status from the enclosing function.

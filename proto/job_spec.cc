@@ -44,7 +44,8 @@ template <typename T>
 Status Range(bool present, T value, double lo, double hi, const std::string& field) {
   if (!present) return Status::Ok();
   if (double(value) < lo || double(value) > hi) {
-    return FieldError(field, Num(double(value)) + " is out of range [" + Num(lo) + ", " + Num(hi) + "]");
+    return FieldError(field,
+                      Num(double(value)) + " is out of range [" + Num(lo) + ", " + Num(hi) + "]");
   }
   return Status::Ok();
 }
@@ -91,7 +92,8 @@ Status FromJsonError(const std::string& msg) {
     rest = rest.substr(rest.size() > 1 && rest[1] == ' ' ? 2 : 1);
   }
   if (rest == "Cannot find field.") rest = "unknown field";
-  if (path.empty()) return Status(StatusCode::kInvalidArgument, "job spec is not valid JSON: " + rest);
+  if (path.empty())
+    return Status(StatusCode::kInvalidArgument, "job spec is not valid JSON: " + rest);
   return FieldError(path, rest);
 }
 
@@ -126,51 +128,65 @@ Status ValidateJobSpec(const pb::JobSpec& s) {
   MARLAAS_RETURN_IF_ERROR(FloatRange(l.has_alpha(), l.alpha(), 0, 1024, true, false, "lora.alpha"));
   for (int i = 0; i < l.targets_size(); ++i) {
     if (!Contains(KnownTargets(), l.targets(i))) {
-      return FieldError("lora.targets", "'" + l.targets(i) + "' is not one of: " + Join(KnownTargets()));
+      return FieldError("lora.targets",
+                        "'" + l.targets(i) + "' is not one of: " + Join(KnownTargets()));
     }
     for (int j = 0; j < i; ++j) {
-      if (l.targets(j) == l.targets(i)) return FieldError("lora.targets", "'" + l.targets(i) + "' twice");
+      if (l.targets(j) == l.targets(i))
+        return FieldError("lora.targets", "'" + l.targets(i) + "' twice");
     }
   }
   const auto& o = s.optimizer();
+  MARLAAS_RETURN_IF_ERROR(FloatRange(o.has_learning_rate(), o.learning_rate(), 0, 1, true, false,
+                                     "optimizer.learning_rate"));
   MARLAAS_RETURN_IF_ERROR(
-      FloatRange(o.has_learning_rate(), o.learning_rate(), 0, 1, true, false, "optimizer.learning_rate"));
-  MARLAAS_RETURN_IF_ERROR(FloatRange(o.has_beta1(), o.beta1(), 0, 1, false, true, "optimizer.beta1"));
-  MARLAAS_RETURN_IF_ERROR(FloatRange(o.has_beta2(), o.beta2(), 0, 1, false, true, "optimizer.beta2"));
+      FloatRange(o.has_beta1(), o.beta1(), 0, 1, false, true, "optimizer.beta1"));
   MARLAAS_RETURN_IF_ERROR(
-      FloatRange(o.has_weight_decay(), o.weight_decay(), 0, 1, false, false, "optimizer.weight_decay"));
+      FloatRange(o.has_beta2(), o.beta2(), 0, 1, false, true, "optimizer.beta2"));
+  MARLAAS_RETURN_IF_ERROR(FloatRange(o.has_weight_decay(), o.weight_decay(), 0, 1, false, false,
+                                     "optimizer.weight_decay"));
   MARLAAS_RETURN_IF_ERROR(
       FloatRange(o.has_grad_clip(), o.grad_clip(), 0, 1e4, false, false, "optimizer.grad_clip"));
-  MARLAAS_RETURN_IF_ERROR(Range(o.has_warmup_steps(), o.warmup_steps(), 0, 1e6, "optimizer.warmup_steps"));
+  MARLAAS_RETURN_IF_ERROR(
+      Range(o.has_warmup_steps(), o.warmup_steps(), 0, 1e6, "optimizer.warmup_steps"));
   if (o.has_schedule() && !Contains({"constant", "linear", "cosine"}, o.schedule())) {
-    return FieldError("optimizer.schedule", "'" + o.schedule() + "' is not one of: constant, linear, cosine");
+    return FieldError("optimizer.schedule",
+                      "'" + o.schedule() + "' is not one of: constant, linear, cosine");
   }
   const auto& g = s.grpo();
   MARLAAS_RETURN_IF_ERROR(
       FloatRange(g.has_clip_eps_low(), g.clip_eps_low(), 0, 1, false, false, "grpo.clip_eps_low"));
+  MARLAAS_RETURN_IF_ERROR(FloatRange(g.has_clip_eps_high(), g.clip_eps_high(), 0, 10, false, false,
+                                     "grpo.clip_eps_high"));
   MARLAAS_RETURN_IF_ERROR(
-      FloatRange(g.has_clip_eps_high(), g.clip_eps_high(), 0, 10, false, false, "grpo.clip_eps_high"));
-  MARLAAS_RETURN_IF_ERROR(FloatRange(g.has_kl_beta(), g.kl_beta(), 0, 10, false, false, "grpo.kl_beta"));
+      FloatRange(g.has_kl_beta(), g.kl_beta(), 0, 10, false, false, "grpo.kl_beta"));
   const auto& p = s.sampling();
   MARLAAS_RETURN_IF_ERROR(
       FloatRange(p.has_temperature(), p.temperature(), 0, 4, true, false, "sampling.temperature"));
-  MARLAAS_RETURN_IF_ERROR(FloatRange(p.has_top_p(), p.top_p(), 0, 1, true, false, "sampling.top_p"));
-  MARLAAS_RETURN_IF_ERROR(Range(p.has_top_k(), p.top_k(), 0, 1e6, "sampling.top_k"));
-  MARLAAS_RETURN_IF_ERROR(Range(p.has_max_new_tokens(), p.max_new_tokens(), 1, 8192, "sampling.max_new_tokens"));
-  const auto& b = s.sandbox();
-  MARLAAS_RETURN_IF_ERROR(Range(b.has_timeout_ms(), b.timeout_ms(), 10, 600000, "sandbox.timeout_ms"));
-  MARLAAS_RETURN_IF_ERROR(Range(b.has_memory_mb(), b.memory_mb(), 16, 65536, "sandbox.memory_mb"));
   MARLAAS_RETURN_IF_ERROR(
-      Range(b.has_max_output_bytes(), b.max_output_bytes(), 1, 1 << 26, "sandbox.max_output_bytes"));
-  MARLAAS_RETURN_IF_ERROR(Range(b.has_max_processes(), b.max_processes(), 1, 4096, "sandbox.max_processes"));
+      FloatRange(p.has_top_p(), p.top_p(), 0, 1, true, false, "sampling.top_p"));
+  MARLAAS_RETURN_IF_ERROR(Range(p.has_top_k(), p.top_k(), 0, 1e6, "sampling.top_k"));
+  MARLAAS_RETURN_IF_ERROR(
+      Range(p.has_max_new_tokens(), p.max_new_tokens(), 1, 8192, "sampling.max_new_tokens"));
+  const auto& b = s.sandbox();
+  MARLAAS_RETURN_IF_ERROR(
+      Range(b.has_timeout_ms(), b.timeout_ms(), 10, 600000, "sandbox.timeout_ms"));
+  MARLAAS_RETURN_IF_ERROR(Range(b.has_memory_mb(), b.memory_mb(), 16, 65536, "sandbox.memory_mb"));
+  MARLAAS_RETURN_IF_ERROR(Range(b.has_max_output_bytes(), b.max_output_bytes(), 1, 1 << 26,
+                                "sandbox.max_output_bytes"));
+  MARLAAS_RETURN_IF_ERROR(
+      Range(b.has_max_processes(), b.max_processes(), 1, 4096, "sandbox.max_processes"));
   const auto& d = s.dataset();
   MARLAAS_RETURN_IF_ERROR(Range(d.has_difficulty(), d.difficulty(), 1, 5, "dataset.difficulty"));
-  MARLAAS_RETURN_IF_ERROR(Range(d.has_eval_prompts(), d.eval_prompts(), 1, 100000, "dataset.eval_prompts"));
+  MARLAAS_RETURN_IF_ERROR(
+      Range(d.has_eval_prompts(), d.eval_prompts(), 1, 100000, "dataset.eval_prompts"));
   MARLAAS_RETURN_IF_ERROR(Range(s.has_group_size(), s.group_size(), 2, 256, "group_size"));
-  MARLAAS_RETURN_IF_ERROR(Range(s.has_prompts_per_step(), s.prompts_per_step(), 1, 1024, "prompts_per_step"));
+  MARLAAS_RETURN_IF_ERROR(
+      Range(s.has_prompts_per_step(), s.prompts_per_step(), 1, 1024, "prompts_per_step"));
   MARLAAS_RETURN_IF_ERROR(Range(s.has_max_steps(), s.max_steps(), 1, 1000000, "max_steps"));
   MARLAAS_RETURN_IF_ERROR(Range(s.has_max_staleness(), s.max_staleness(), 0, 16, "max_staleness"));
-  MARLAAS_RETURN_IF_ERROR(Range(s.has_checkpoint_every(), s.checkpoint_every(), 1, 1000000, "checkpoint_every"));
+  MARLAAS_RETURN_IF_ERROR(
+      Range(s.has_checkpoint_every(), s.checkpoint_every(), 1, 1000000, "checkpoint_every"));
   return Status::Ok();
 }
 

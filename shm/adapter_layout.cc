@@ -3,7 +3,7 @@
 namespace marlaas {
 
 const char* LoraTargetName(LoraTarget t) {
-  static const char* const kNames[kNumLoraTargets] = {"q_proj", "k_proj",  "v_proj",  "o_proj",
+  static const char* const kNames[kNumLoraTargets] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                                       "gate_proj", "up_proj", "down_proj"};
   return kNames[uint32_t(t)];
 }
@@ -30,7 +30,8 @@ uint64_t AdapterLayout::OffsetOfA(uint32_t layer, LoraTarget target) const {
 
 Status AdapterLayout::Validate() const {
   auto bad = [](const std::string& m) { return Status(StatusCode::kInvalidArgument, m); };
-  if (rank < 1 || rank > 256) return bad("adapter rank " + std::to_string(rank) + " not in [1, 256]");
+  if (rank < 1 || rank > 256)
+    return bad("adapter rank " + std::to_string(rank) + " not in [1, 256]");
   if (!(alpha > 0)) return bad("adapter alpha must be > 0");
   if (num_layers < 1 || num_layers > 1024) return bad("adapter num_layers not in [1, 1024]");
   if (target_mask == 0 || target_mask >= (1u << kNumLoraTargets)) {

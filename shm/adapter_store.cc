@@ -25,22 +25,22 @@ Result<AdapterStore> AdapterStore::Create(const std::string& instance, const Opt
   const uint64_t buffers_offset =
       AlignUp(slots_offset + sizeof(AdapterSlot) * uint64_t(options.num_slots), 4096);
   const uint64_t total = buffers_offset + 2 * buffer_bytes * uint64_t(options.num_slots);
-  MARLAAS_ASSIGN_OR_RETURN(
-      Segment seg, Segment::Create(StoreName(instance), SegmentKind::kAdapterStore,
-                                   kAdapterStoreLayoutVersion, total, [&](void* p, size_t) {
-                                     auto* h = new (p) AdapterStoreHeader();
-                                     h->num_slots = uint32_t(options.num_slots);
-                                     h->backend = uint32_t(AdapterBackend::kHost);
-                                     h->buffer_bytes = buffer_bytes;
-                                     h->slots_offset = slots_offset;
-                                     h->buffers_offset = buffers_offset;
-                                     auto* slots = reinterpret_cast<AdapterSlot*>(
-                                         static_cast<char*>(p) + slots_offset);
-                                     for (int i = 0; i < options.num_slots; ++i) {
-                                       new (&slots[i]) AdapterSlot();
-                                     }
-                                     return Status::Ok();
-                                   }));
+  MARLAAS_ASSIGN_OR_RETURN(Segment seg,
+                           Segment::Create(StoreName(instance), SegmentKind::kAdapterStore,
+                                           kAdapterStoreLayoutVersion, total, [&](void* p, size_t) {
+                                             auto* h = new (p) AdapterStoreHeader();
+                                             h->num_slots = uint32_t(options.num_slots);
+                                             h->backend = uint32_t(AdapterBackend::kHost);
+                                             h->buffer_bytes = buffer_bytes;
+                                             h->slots_offset = slots_offset;
+                                             h->buffers_offset = buffers_offset;
+                                             auto* slots = reinterpret_cast<AdapterSlot*>(
+                                                 static_cast<char*>(p) + slots_offset);
+                                             for (int i = 0; i < options.num_slots; ++i) {
+                                               new (&slots[i]) AdapterSlot();
+                                             }
+                                             return Status::Ok();
+                                           }));
   auto* h = static_cast<AdapterStoreHeader*>(seg.payload());
   auto memory = std::make_unique<HostAdapterMemory>(
       static_cast<unsigned char*>(seg.payload()) + h->buffers_offset, h->buffer_bytes);
@@ -48,8 +48,9 @@ Result<AdapterStore> AdapterStore::Create(const std::string& instance, const Opt
 }
 
 Result<AdapterStore> AdapterStore::Attach(const std::string& instance) {
-  MARLAAS_ASSIGN_OR_RETURN(Segment seg, Segment::Attach(StoreName(instance), SegmentKind::kAdapterStore,
-                                                        kAdapterStoreLayoutVersion));
+  MARLAAS_ASSIGN_OR_RETURN(
+      Segment seg,
+      Segment::Attach(StoreName(instance), SegmentKind::kAdapterStore, kAdapterStoreLayoutVersion));
   auto* h = static_cast<AdapterStoreHeader*>(seg.payload());
   if (h->backend != uint32_t(AdapterBackend::kHost)) {
     return Status(StatusCode::kFailedPrecondition,
@@ -58,7 +59,8 @@ Result<AdapterStore> AdapterStore::Attach(const std::string& instance) {
   }
   const uint64_t need = h->buffers_offset + 2 * h->buffer_bytes * uint64_t(h->num_slots);
   if (need > seg.payload_bytes()) {
-    return Status(StatusCode::kCorrupt, "adapter store header describes more memory than its segment");
+    return Status(StatusCode::kCorrupt,
+                  "adapter store header describes more memory than its segment");
   }
   auto memory = std::make_unique<HostAdapterMemory>(
       static_cast<unsigned char*>(seg.payload()) + h->buffers_offset, h->buffer_bytes);
@@ -87,9 +89,10 @@ Status AdapterStore::Register(int slot, const std::string& tenant_id, const Adap
   MARLAAS_ASSIGN_OR_RETURN(AdapterSlot * s, SlotAt(slot));
   MARLAAS_RETURN_IF_ERROR(layout.Validate());
   if (layout.NumBytes() > header_->buffer_bytes) {
-    return Status(StatusCode::kResourceExhausted,
-                  "adapter of tenant '" + tenant_id + "' needs " + std::to_string(layout.NumBytes()) +
-                      " bytes; the store's buffers hold " + std::to_string(header_->buffer_bytes));
+    return Status(StatusCode::kResourceExhausted, "adapter of tenant '" + tenant_id + "' needs " +
+                                                      std::to_string(layout.NumBytes()) +
+                                                      " bytes; the store's buffers hold " +
+                                                      std::to_string(header_->buffer_bytes));
   }
   AdapterSlotInfo info;
   if (!s->info.Load(&info)) return Status(StatusCode::kUnavailable, "adapter slot info unreadable");
@@ -129,7 +132,8 @@ Result<AdapterSlotInfo> AdapterStore::Info(int slot) const {
 Result<AdapterWriteSpan> AdapterStore::BeginWrite(int slot) {
   MARLAAS_ASSIGN_OR_RETURN(AdapterSlotInfo info, Info(slot));
   if (!info.active) {
-    return Status(StatusCode::kFailedPrecondition, "adapter slot " + std::to_string(slot) + " is free");
+    return Status(StatusCode::kFailedPrecondition,
+                  "adapter slot " + std::to_string(slot) + " is free");
   }
   AdapterSlot* s = &slots_[slot];
   const uint64_t published = s->published.load(std::memory_order_acquire);
@@ -148,16 +152,16 @@ Status AdapterStore::Publish(int slot, uint64_t version) {
   MARLAAS_ASSIGN_OR_RETURN(AdapterSlot * s, SlotAt(slot));
   const uint64_t published = s->published.load(std::memory_order_acquire);
   if (version == 0 || version >= (uint64_t(1) << 62) || version <= (published >> 1)) {
-    return Status(StatusCode::kInvalidArgument,
-                  "adapter version " + std::to_string(version) + " must exceed the published " +
-                      std::to_string(published >> 1));
+    return Status(StatusCode::kInvalidArgument, "adapter version " + std::to_string(version) +
+                                                    " must exceed the published " +
+                                                    std::to_string(published >> 1));
   }
   const int buffer = published == 0 ? 0 : int(1 - (published & 1));
   AdapterBufferState& b = s->buffers[buffer];
   const uint64_t seq = b.seq.load(std::memory_order_relaxed);
   if ((seq & 1) == 0) {
-    return Status(StatusCode::kFailedPrecondition, "Publish without BeginWrite on adapter slot " +
-                                                       std::to_string(slot));
+    return Status(StatusCode::kFailedPrecondition,
+                  "Publish without BeginWrite on adapter slot " + std::to_string(slot));
   }
   MARLAAS_RETURN_IF_ERROR(memory_->FinishWrite(slot, buffer));
   b.version.store(version, std::memory_order_relaxed);
@@ -175,7 +179,8 @@ Result<uint64_t> AdapterStore::ReadLatest(int slot, void* dst, size_t dst_bytes,
                                           Deadline deadline) {
   MARLAAS_ASSIGN_OR_RETURN(AdapterSlotInfo info, Info(slot));
   if (!info.active) {
-    return Status(StatusCode::kFailedPrecondition, "adapter slot " + std::to_string(slot) + " is free");
+    return Status(StatusCode::kFailedPrecondition,
+                  "adapter slot " + std::to_string(slot) + " is free");
   }
   const uint64_t bytes = info.layout.NumBytes();
   if (dst_bytes < bytes) {
@@ -187,8 +192,8 @@ Result<uint64_t> AdapterStore::ReadLatest(int slot, void* dst, size_t dst_bytes,
   for (int attempt = 0;; ++attempt) {
     const uint64_t published = s->published.load(std::memory_order_acquire);
     if (published == 0) {
-      return Status(StatusCode::kNotFound, "tenant '" + std::string(info.tenant_id) +
-                                               "' has no published adapter yet");
+      return Status(StatusCode::kNotFound,
+                    "tenant '" + std::string(info.tenant_id) + "' has no published adapter yet");
     }
     const int buffer = int(published & 1);
     AdapterBufferState& b = s->buffers[buffer];

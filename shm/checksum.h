@@ -1,4 +1,4 @@
-// A fast non-cryptographic checksum for ring records: eight 64-bit Fletcher-style lanes
+// A fast non-cryptographic checksum for ring records: sixteen 64-bit Fletcher-style lanes
 // (sum and sum-of-sums, so both content and word order matter) folded with a 64-bit mixer.
 // It runs near memory bandwidth (vectorised, with an AVX2 clone picked at load time), which is
 // what lets the ring check every record without becoming the bottleneck. Pure functions.

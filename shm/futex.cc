@@ -19,9 +19,12 @@ FutexWaitOutcome FutexWait(std::atomic<uint32_t>* word, uint32_t expected,
                       nullptr, 0);
   if (rc == 0) return FutexWaitOutcome::kWoken;
   switch (errno) {
-    case EAGAIN: return FutexWaitOutcome::kValueChanged;
-    case ETIMEDOUT: return FutexWaitOutcome::kTimedOut;
-    default: return FutexWaitOutcome::kInterrupted;
+    case EAGAIN:
+      return FutexWaitOutcome::kValueChanged;
+    case ETIMEDOUT:
+      return FutexWaitOutcome::kTimedOut;
+    default:
+      return FutexWaitOutcome::kInterrupted;
   }
 }
 

@@ -11,27 +11,31 @@ SegmentName MetricsName(const std::string& instance, const std::string& role) {
 
 Status RowInRange(int row) {
   if (row < 0 || row >= kMaxTenants) {
-    return Status(StatusCode::kInvalidArgument, "tenant row " + std::to_string(row) + " out of range");
+    return Status(StatusCode::kInvalidArgument,
+                  "tenant row " + std::to_string(row) + " out of range");
   }
   return Status::Ok();
 }
 
 }  // namespace
 
-Result<MetricsSegment> MetricsSegment::Create(const std::string& instance, const std::string& role) {
-  MARLAAS_ASSIGN_OR_RETURN(Segment seg,
-                           Segment::Create(MetricsName(instance, role), SegmentKind::kMetrics,
-                                           kMetricsLayoutVersion, sizeof(MetricsLayout),
-                                           [](void* p, size_t) {
-                                             new (p) MetricsLayout();
-                                             return Status::Ok();
-                                           }));
+Result<MetricsSegment> MetricsSegment::Create(const std::string& instance,
+                                              const std::string& role) {
+  MARLAAS_ASSIGN_OR_RETURN(
+      Segment seg,
+      Segment::Create(MetricsName(instance, role), SegmentKind::kMetrics, kMetricsLayoutVersion,
+                      sizeof(MetricsLayout), [](void* p, size_t) {
+                        new (p) MetricsLayout();
+                        return Status::Ok();
+                      }));
   return MetricsSegment(std::move(seg));
 }
 
-Result<MetricsSegment> MetricsSegment::Attach(const std::string& instance, const std::string& role) {
-  MARLAAS_ASSIGN_OR_RETURN(Segment seg, Segment::Attach(MetricsName(instance, role),
-                                                        SegmentKind::kMetrics, kMetricsLayoutVersion));
+Result<MetricsSegment> MetricsSegment::Attach(const std::string& instance,
+                                              const std::string& role) {
+  MARLAAS_ASSIGN_OR_RETURN(
+      Segment seg,
+      Segment::Attach(MetricsName(instance, role), SegmentKind::kMetrics, kMetricsLayoutVersion));
   return MetricsSegment(std::move(seg));
 }
 
@@ -44,7 +48,8 @@ Status MetricsSegment::StoreTenant(int row, const TenantMetrics& m) {
 Result<EngineMetrics> MetricsSegment::LoadEngine() const {
   EngineMetrics m;
   if (!layout_->engine.Load(&m)) {
-    return Status(StatusCode::kUnavailable, "engine metrics are being rewritten (or the writer died)");
+    return Status(StatusCode::kUnavailable,
+                  "engine metrics are being rewritten (or the writer died)");
   }
   return m;
 }

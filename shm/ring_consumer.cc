@@ -72,8 +72,8 @@ Result<RecordView> RingConsumer::Fetch(Deadline deadline) {
         cached_tail_ = control_->tail.load(std::memory_order_seq_cst);
         return cached_tail_ != pos;
       };
-      const WaitSite site{&control_->data_signal, &control_->consumer_waiting,
-                          &control_->producer, "producer", "data"};
+      const WaitSite site{&control_->data_signal, &control_->consumer_waiting, &control_->producer,
+                          "producer", "data"};
       MARLAAS_RETURN_IF_ERROR(WaitUntil(has_data, site, wait_, deadline).Annotate("ring " + name_));
     }
     const uint64_t room = capacity_ - pos % capacity_;
@@ -86,8 +86,9 @@ Result<RecordView> RingConsumer::Fetch(Deadline deadline) {
     std::memcpy(&h, slot, sizeof(h));
     if (h.type == kPadType) {
       if (h.length != room || pos + room >= cached_tail_) {
-        return Corrupt(pos, 0, "pad record of " + std::to_string(h.length) +
-                                   " bytes does not end the lap (" + std::to_string(room) + ")");
+        return Corrupt(pos, 0,
+                       "pad record of " + std::to_string(h.length) +
+                           " bytes does not end the lap (" + std::to_string(room) + ")");
       }
       pos += room;
       continue;

@@ -58,9 +58,9 @@ class RingConsumer {
   std::string name_;
   RingWaitOptions wait_;
   uint64_t capacity_;
-  uint64_t fetch_pos_;    // private fetch cursor
-  uint64_t ack_pos_;      // == control_->ack; we are its only writer
-  uint64_t cached_tail_;  // last tail we read
+  uint64_t fetch_pos_;         // private fetch cursor
+  uint64_t ack_pos_;           // == control_->ack; we are its only writer
+  uint64_t cached_tail_;       // last tail we read
   bool expect_known_ = false;  // false until the first record after attach/quarantine
   uint64_t expected_seq_ = 0;
   // Set by a kCorrupt Fetch, consumed by Quarantine().

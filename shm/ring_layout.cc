@@ -40,9 +40,8 @@ Status ClaimRingEnd(std::atomic<uint64_t>* owner, const char* role, const std::s
     if (current != 0) {
       const ProcessIdentity holder = ProcessIdentity::Unpack(current);
       if (IsAlive(holder)) {
-        return Status(StatusCode::kAlreadyExists,
-                      "ring " + ring + " already has a live " + role + " (pid " +
-                          std::to_string(holder.pid) + ")");
+        return Status(StatusCode::kAlreadyExists, "ring " + ring + " already has a live " + role +
+                                                      " (pid " + std::to_string(holder.pid) + ")");
       }
     }
     // acq_rel: our takeover is ordered after the dead owner's last writes that we then read.

@@ -50,8 +50,8 @@ struct RingOptions {
 };
 
 struct RingControl {
-  uint64_t capacity;    // immutable after creation
-  uint64_t max_record;  // immutable after creation
+  uint64_t capacity;     // immutable after creation
+  uint64_t max_record;   // immutable after creation
   uint64_t data_offset;  // from the start of RingControl to the data area
 
   // WRITER: producer. Bytes committed; the release side of every record's publication.
@@ -70,7 +70,7 @@ struct RingControl {
   // Futex words. A sleeper sets its waiting flag, re-checks the cursor, then sleeps on the
   // signal; the other side stores its cursor (seq_cst), then reads the flag (seq_cst) and bumps
   // and wakes the signal if set. The seq_cst pair guarantees one of them sees the other.
-  alignas(64) std::atomic<uint32_t> data_signal;  // bumped by the producer
+  alignas(64) std::atomic<uint32_t> data_signal;   // bumped by the producer
   std::atomic<uint32_t> consumer_waiting;          // WRITER: consumer
   alignas(64) std::atomic<uint32_t> space_signal;  // bumped by the consumer
   std::atomic<uint32_t> producer_waiting;          // WRITER: producer

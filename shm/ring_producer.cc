@@ -100,7 +100,8 @@ void RingProducer::Publish(uint64_t header_pos, uint32_t type, uint32_t len, uin
 }
 
 Status RingProducer::Push(uint32_t type, const void* data, size_t len, Deadline deadline) {
-  if (type == kPadType) return Status(StatusCode::kInvalidArgument, "record type 0xffffffff is reserved");
+  if (type == kPadType)
+    return Status(StatusCode::kInvalidArgument, "record type 0xffffffff is reserved");
   MARLAAS_ASSIGN_OR_RETURN(uint64_t pos, Place(len, deadline));
   unsigned char* payload = control_->data() + pos % capacity_ + sizeof(RecordHeader);
   const uint64_t sum =
@@ -119,8 +120,10 @@ Result<unsigned char*> RingProducer::Reserve(size_t len, Deadline deadline) {
 
 Status RingProducer::Commit(uint32_t type) {
   if (!reserved_) return Status(StatusCode::kFailedPrecondition, "Commit without Reserve");
-  if (type == kPadType) return Status(StatusCode::kInvalidArgument, "record type 0xffffffff is reserved");
-  const unsigned char* payload = control_->data() + reserved_pos_ % capacity_ + sizeof(RecordHeader);
+  if (type == kPadType)
+    return Status(StatusCode::kInvalidArgument, "record type 0xffffffff is reserved");
+  const unsigned char* payload =
+      control_->data() + reserved_pos_ % capacity_ + sizeof(RecordHeader);
   const uint64_t sum =
       Checksum64(payload, reserved_len_, RecordSeed(type, reserved_len_, next_seq_));
   reserved_ = false;

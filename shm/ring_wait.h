@@ -23,8 +23,8 @@ struct RingWaitOptions {
 };
 
 struct WaitSite {
-  std::atomic<uint32_t>* signal;   // futex word the peer bumps
-  std::atomic<uint32_t>* waiting;  // our flag: set while we may sleep
+  std::atomic<uint32_t>* signal;      // futex word the peer bumps
+  std::atomic<uint32_t>* waiting;     // our flag: set while we may sleep
   const std::atomic<uint64_t>* peer;  // the peer's packed ProcessIdentity
   const char* peer_role;              // "producer" / "consumer", for messages
   const char* waiting_for;            // "data" / "space", for messages
@@ -46,8 +46,10 @@ Status WaitUntil(const Ready& ready, const WaitSite& site, const RingWaitOptions
     if (!peer.empty() && !IsAlive(peer)) {
       if (ready()) return Status::Ok();
       return Status(StatusCode::kPeerDead, std::string(site.peer_role) + " (pid " +
-                                               std::to_string(peer.pid) + ") exited while we "
-                                               "waited for " + site.waiting_for);
+                                               std::to_string(peer.pid) +
+                                               ") exited while we "
+                                               "waited for " +
+                                               site.waiting_for);
     }
     if (deadline.Expired()) {
       return Status(StatusCode::kTimeout,

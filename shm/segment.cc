@@ -35,11 +35,16 @@ Result<void*> MapFd(int fd, size_t bytes) {
 
 const char* SegmentKindName(SegmentKind kind) {
   switch (kind) {
-    case SegmentKind::kRing: return "ring";
-    case SegmentKind::kAdapterStore: return "adapter store";
-    case SegmentKind::kTenantTable: return "tenant table";
-    case SegmentKind::kMetrics: return "metrics";
-    case SegmentKind::kTest: return "test";
+    case SegmentKind::kRing:
+      return "ring";
+    case SegmentKind::kAdapterStore:
+      return "adapter store";
+    case SegmentKind::kTenantTable:
+      return "tenant table";
+    case SegmentKind::kMetrics:
+      return "metrics";
+    case SegmentKind::kTest:
+      return "test";
   }
   return "unknown";
 }
@@ -58,9 +63,8 @@ Status SegmentName::Validate() const {
   return Status::Ok();
 }
 
-Result<Segment> Segment::Create(const SegmentName& name, SegmentKind kind,
-                                uint32_t layout_version, size_t payload_bytes,
-                                const Init& init) {
+Result<Segment> Segment::Create(const SegmentName& name, SegmentKind kind, uint32_t layout_version,
+                                size_t payload_bytes, const Init& init) {
   MARLAAS_RETURN_IF_ERROR(name.Validate());
   const std::string sys = name.SystemName();
   const size_t total = kPayloadOffset + payload_bytes;
@@ -73,8 +77,9 @@ Result<Segment> Segment::Create(const SegmentName& name, SegmentKind kind,
   } catch (const bip::interprocess_exception& e) {
     if (e.get_error_code() == bip::already_exists_error) {
       return Status(StatusCode::kAlreadyExists,
-                    "segment /" + sys + " already exists (another service instance with the "
-                    "same name, or a stale one: run `marlaas clean`)");
+                    "segment /" + sys +
+                        " already exists (another service instance with the "
+                        "same name, or a stale one: run `marlaas clean`)");
     }
     return Status(StatusCode::kIo, "cannot create segment /" + sys + ": " + e.what());
   }
@@ -136,8 +141,9 @@ Result<Segment> Segment::Attach(const SegmentName& name, SegmentKind kind,
   const uint64_t magic = h->magic.load(std::memory_order_acquire);
   if (magic != kSegmentMagic) {
     return Status(StatusCode::kUnavailable,
-                  "segment /" + sys + " is not initialised (its creator is still setting it up "
-                  "or died doing so)");
+                  "segment /" + sys +
+                      " is not initialised (its creator is still setting it up "
+                      "or died doing so)");
   }
   if (h->kind != static_cast<uint32_t>(kind)) {
     return Status(StatusCode::kFailedPrecondition,
@@ -147,9 +153,9 @@ Result<Segment> Segment::Attach(const SegmentName& name, SegmentKind kind,
   }
   const std::string owner(h->instance, strnlen(h->instance, sizeof(h->instance)));
   if (owner != name.instance) {
-    return Status(StatusCode::kFailedPrecondition,
-                  "segment /" + sys + " belongs to service instance '" + owner + "', not '" +
-                      name.instance + "'");
+    return Status(StatusCode::kFailedPrecondition, "segment /" + sys +
+                                                       " belongs to service instance '" + owner +
+                                                       "', not '" + name.instance + "'");
   }
   if (h->layout_version != layout_version) {
     return Status(StatusCode::kFailedPrecondition,
@@ -169,7 +175,8 @@ Result<Segment> Segment::Attach(const SegmentName& name, SegmentKind kind,
 Status Segment::Remove(const SegmentName& name) {
   MARLAAS_RETURN_IF_ERROR(name.Validate());
   const std::string sys = "/" + name.SystemName();
-  if (::shm_unlink(sys.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("shm_unlink " + sys, errno);
+  if (::shm_unlink(sys.c_str()) != 0 && errno != ENOENT)
+    return ErrnoStatus("shm_unlink " + sys, errno);
   return Status::Ok();
 }
 

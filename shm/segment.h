@@ -58,12 +58,10 @@ class Segment {
 
   // Creates a new segment; fails with kAlreadyExists if the name is taken. `init` runs on the
   // zeroed payload before the segment becomes attachable.
-  static Result<Segment> Create(const SegmentName& name, SegmentKind kind,
-                                uint32_t layout_version, size_t payload_bytes,
-                                const Init& init = nullptr);
+  static Result<Segment> Create(const SegmentName& name, SegmentKind kind, uint32_t layout_version,
+                                size_t payload_bytes, const Init& init = nullptr);
   // Maps an existing segment and checks magic, kind, layout version and instance.
-  static Result<Segment> Attach(const SegmentName& name, SegmentKind kind,
-                                uint32_t layout_version);
+  static Result<Segment> Attach(const SegmentName& name, SegmentKind kind, uint32_t layout_version);
   // Unlinks the name; mappings stay valid until unmapped. OK if it does not exist.
   static Status Remove(const SegmentName& name);
 

@@ -10,20 +10,28 @@ const SegmentName TableName(const std::string& instance) { return {instance, "te
 
 const char* TenantStateName(TenantState s) {
   switch (s) {
-    case TenantState::kFree: return "free";
-    case TenantState::kAdmitted: return "admitted";
-    case TenantState::kRunning: return "running";
-    case TenantState::kStopping: return "stopping";
-    case TenantState::kFinished: return "finished";
-    case TenantState::kStopped: return "stopped";
-    case TenantState::kFailed: return "failed";
+    case TenantState::kFree:
+      return "free";
+    case TenantState::kAdmitted:
+      return "admitted";
+    case TenantState::kRunning:
+      return "running";
+    case TenantState::kStopping:
+      return "stopping";
+    case TenantState::kFinished:
+      return "finished";
+    case TenantState::kStopped:
+      return "stopped";
+    case TenantState::kFailed:
+      return "failed";
   }
   return "unknown";
 }
 
 Status CopyField(const std::string& value, char* field, size_t field_size, const char* name) {
   if (value.size() >= field_size) {
-    return Status(StatusCode::kInvalidArgument, std::string(name) + " '" + value + "' is longer than " +
+    return Status(StatusCode::kInvalidArgument, std::string(name) + " '" + value +
+                                                    "' is longer than " +
                                                     std::to_string(field_size - 1) + " bytes");
   }
   std::memset(field, 0, field_size);
@@ -33,19 +41,20 @@ Status CopyField(const std::string& value, char* field, size_t field_size, const
 
 Result<TenantTable> TenantTable::Create(const std::string& instance) {
   MARLAAS_ASSIGN_OR_RETURN(
-      Segment seg, Segment::Create(TableName(instance), SegmentKind::kTenantTable,
-                                   kTenantTableLayoutVersion, sizeof(TenantTableLayout),
-                                   [](void* p, size_t) {
-                                     auto* layout = new (p) TenantTableLayout();
-                                     layout->capacity = kMaxTenants;
-                                     return Status::Ok();
-                                   }));
+      Segment seg,
+      Segment::Create(TableName(instance), SegmentKind::kTenantTable, kTenantTableLayoutVersion,
+                      sizeof(TenantTableLayout), [](void* p, size_t) {
+                        auto* layout = new (p) TenantTableLayout();
+                        layout->capacity = kMaxTenants;
+                        return Status::Ok();
+                      }));
   return TenantTable(std::move(seg), true);
 }
 
 Result<TenantTable> TenantTable::Attach(const std::string& instance) {
-  MARLAAS_ASSIGN_OR_RETURN(Segment seg, Segment::Attach(TableName(instance), SegmentKind::kTenantTable,
-                                                        kTenantTableLayoutVersion));
+  MARLAAS_ASSIGN_OR_RETURN(
+      Segment seg,
+      Segment::Attach(TableName(instance), SegmentKind::kTenantTable, kTenantTableLayoutVersion));
   return TenantTable(std::move(seg), false);
 }
 
@@ -55,7 +64,8 @@ Status TenantTable::Put(int row, const TenantRecord& record) {
                   "tenant table is written only by the process that created it");
   }
   if (row < 0 || row >= kMaxTenants) {
-    return Status(StatusCode::kInvalidArgument, "tenant row " + std::to_string(row) + " out of range");
+    return Status(StatusCode::kInvalidArgument,
+                  "tenant row " + std::to_string(row) + " out of range");
   }
   layout_->rows[row].Store(record);
   return Status::Ok();
@@ -63,7 +73,8 @@ Status TenantTable::Put(int row, const TenantRecord& record) {
 
 Result<TenantRecord> TenantTable::Get(int row) const {
   if (row < 0 || row >= kMaxTenants) {
-    return Status(StatusCode::kInvalidArgument, "tenant row " + std::to_string(row) + " out of range");
+    return Status(StatusCode::kInvalidArgument,
+                  "tenant row " + std::to_string(row) + " out of range");
   }
   TenantRecord r;
   if (!layout_->rows[row].Load(&r)) {

@@ -18,13 +18,13 @@ inline constexpr uint32_t kTenantTableLayoutVersion = 1;
 inline constexpr int kMaxTenants = 256;
 
 enum class TenantState : uint32_t {
-  kFree = 0,   // row unused
-  kAdmitted,   // accepted, not yet running
+  kFree = 0,  // row unused
+  kAdmitted,  // accepted, not yet running
   kRunning,
   kStopping,
-  kFinished,   // reached max_steps
-  kStopped,    // stopped by its owner
-  kFailed,     // see `reason`
+  kFinished,  // reached max_steps
+  kStopped,   // stopped by its owner
+  kFailed,    // see `reason`
 };
 const char* TenantStateName(TenantState s);
 
@@ -38,7 +38,7 @@ struct TenantRecord {
   uint32_t prompts_per_step;
   uint32_t max_steps;
   int64_t admitted_unix_ms;
-  char reason[112];  // why it failed or stopped
+  char reason[112];     // why it failed or stopped
   uint64_t generation;  // bumped each time the row is reused for a new tenant
 };
 

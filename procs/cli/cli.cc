@@ -13,8 +13,7 @@ const std::vector<Command>& Commands() {
        RunSegments},
       {"clean", "[--instance NAME] [--dry-run]",
        "remove shared-memory segments whose creating process has exited", RunClean},
-      {"gpus", "", "list the CUDA devices this build can use, or say why there are none",
-       RunGpus},
+      {"gpus", "", "list the CUDA devices this build can use, or say why there are none", RunGpus},
   };
   return kCommands;
 }

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-
 #include <vector>
 
 #include "tests/test_util.h"

@@ -264,7 +264,8 @@ TEST(RingTest, ConsumerKilledBeforeAckRedeliversExactlyTheUnackedRecords) {
       for (int n = 1;; ++n) {
         auto r = c->Fetch(Deadline::AfterMs(30000));
         if (!r.ok()) {
-          std::fprintf(stderr, "consumer %d: %s\n", int(incarnation), r.status().ToString().c_str());
+          std::fprintf(stderr, "consumer %d: %s\n", int(incarnation),
+                       r.status().ToString().c_str());
           return 43;
         }
         if (r->type == kEnd) return 0;
@@ -452,8 +453,8 @@ TEST(RingTest, SecondLiveProducerIsRefusedWithItsPid) {
   pid_t child = ForkChild([&]() -> int {
     auto p2 = RingProducer::Attach(name);
     if (p2.ok()) return 1;
-    const bool names_pid = p2.status().message().find("pid " + std::to_string(getppid())) !=
-                           std::string::npos;
+    const bool names_pid =
+        p2.status().message().find("pid " + std::to_string(getppid())) != std::string::npos;
     return p2.status().code() == StatusCode::kAlreadyExists && names_pid ? 0 : 2;
   });
   auto e = WaitChild(child);

@@ -63,7 +63,8 @@ TEST(SegmentTest, AttachAsAnotherKindFails) {
   ASSERT_TRUE(a.ok());
   auto b = Segment::Attach(name, SegmentKind::kRing, 1);
   EXPECT_EQ(b.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(Contains(b.status(), "is a test segment, not a ring segment")) << b.status().message();
+  EXPECT_TRUE(Contains(b.status(), "is a test segment, not a ring segment"))
+      << b.status().message();
 }
 
 TEST(SegmentTest, AttachingAnotherInstancesSegmentFails) {

@@ -1,0 +1,63 @@
+#include "bench/report.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace marlaas::bench {
+
+double Percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const double rank = p / 100.0 * double(values.size() - 1);
+  const size_t lo = size_t(std::floor(rank)), hi = size_t(std::ceil(rank));
+  return values[lo] + (values[hi] - values[lo]) * (rank - double(lo));
+}
+
+void PinToCpu(int cpu) {
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  (void)sched_setaffinity(0, sizeof(set), &set);
+}
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int PrintTargets(const std::vector<Target>& targets, FILE* out) {
+  int missed = 0;
+  std::fprintf(out, "\n%-58s %12s %12s  %s\n", "target", "measured", "required", "");
+  for (const Target& t : targets) {
+    std::fprintf(out, "%-58s %12.3f %s%11.3f  %s\n", t.name.c_str(), t.value,
+                 t.higher_is_better ? ">=" : "<=", t.threshold, t.met() ? "met" : "MISSED");
+    missed += !t.met();
+  }
+  return missed;
+}
+
+std::string JsonNumber(double v) {
+  if (v < 0 || !std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.6g", v);
+  return buf;
+}
+
+std::string TargetsJson(const std::vector<Target>& targets) {
+  std::string s = "\"targets\":[";
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const Target& t = targets[i];
+    s += (i ? "," : "");
+    s += "{\"name\":\"" + t.name + "\",\"value\":" + JsonNumber(t.value) +
+         ",\"threshold\":" + JsonNumber(t.threshold) +
+         ",\"higher_is_better\":" + (t.higher_is_better ? "true" : "false") +
+         ",\"met\":" + (t.met() ? "true" : "false") + "}";
+  }
+  return s + "]";
+}
+
+}  // namespace marlaas::bench
