@@ -359,40 +359,59 @@ TEST(RingTest, ConsumerKilledBeforeAckRedeliversExactlyTheUnackedRecords) {
   EXPECT_GE(redelivered, kIncarnations / 2) << "each self-kill leaves one logged, unacked record";
 }
 
+// Forks a process that attaches to `name` as producer (or consumer) and then sleeps; returns
+// once it has attached.
+pid_t ForkIdlePeer(const SegmentName& name, bool producer) {
+  int ready[2];
+  if (::pipe(ready) != 0) return -1;
+  pid_t pid = ForkChild([&]() -> int {
+    // Both ends stay attached until the process dies.
+    auto p = producer ? RingProducer::Attach(name) : Result<RingProducer>(Status());
+    auto c = producer ? Result<RingConsumer>(Status()) : RingConsumer::Attach(name);
+    (void)!::write(ready[1], (producer ? p.ok() : c.ok()) ? "1" : "0", 1);
+    ::pause();
+    return 0;
+  });
+  char x = 0;
+  if (::read(ready[0], &x, 1) != 1 || x != '1') pid = -1;
+  ::close(ready[0]);
+  ::close(ready[1]);
+  return pid;
+}
+
+// Runs wait() while another thread kill -9s `peer` after 200 ms; returns wait()'s status and
+// how long it took.
+template <typename Wait>
+std::pair<Status, std::chrono::steady_clock::duration> WaitWhilePeerIsKilled(pid_t peer,
+                                                                             Wait wait) {
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ::kill(peer, SIGKILL);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  Status st = wait();
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  killer.join();
+  WaitChild(peer);
+  return {st, waited};
+}
+
 // Property: a consumer blocked on an empty ring returns kPeerDead, well before its timeout,
 // when the producer dies.
 TEST(RingTest, BlockedConsumerReturnsWhenProducerDies) {
   ScopedInstance inst;
   const SegmentName name{inst.name(), "r"};
   ASSERT_TRUE(CreateRing(name, {4096, 256}).ok());
-  int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  pid_t producer = ForkChild([&]() -> int {
-    auto p = RingProducer::Attach(name);
-    char x = p.ok() ? 1 : 0;
-    (void)!::write(ready[1], &x, 1);
-    ::pause();
-    return 0;
-  });
-  char x = 0;
-  ASSERT_EQ(::read(ready[0], &x, 1), 1);
-  ASSERT_EQ(x, 1);
+  const pid_t producer = ForkIdlePeer(name, /*producer=*/true);
+  ASSERT_GT(producer, 0);
   auto c = RingConsumer::Attach(name);
   ASSERT_TRUE(c.ok());
-  std::thread killer([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    ::kill(producer, SIGKILL);
-  });
-  const auto t0 = std::chrono::steady_clock::now();
-  auto r = c->Fetch(Deadline::AfterMs(20000));
-  const auto waited = std::chrono::steady_clock::now() - t0;
-  killer.join();
-  WaitChild(producer);
-  EXPECT_EQ(r.status().code(), StatusCode::kPeerDead) << r.status().ToString();
-  EXPECT_NE(r.status().message().find("producer"), std::string::npos);
+  auto [st, waited] =
+      WaitWhilePeerIsKilled(producer, [&] { return c->Fetch(Deadline::AfterMs(20000)).status(); });
+  EXPECT_EQ(st.code(), StatusCode::kPeerDead) << st.ToString();
+  EXPECT_NE(st.message().find("producer (pid " + std::to_string(producer) + ")"),
+            std::string::npos);
   EXPECT_LT(waited, std::chrono::seconds(10));
-  ::close(ready[0]);
-  ::close(ready[1]);
 }
 
 // Property: a producer blocked on a full ring returns kPeerDead when the consumer dies.
@@ -400,36 +419,18 @@ TEST(RingTest, BlockedProducerReturnsWhenConsumerDies) {
   ScopedInstance inst;
   const SegmentName name{inst.name(), "r"};
   ASSERT_TRUE(CreateRing(name, {4096, 256}).ok());
-  int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  pid_t consumer = ForkChild([&]() -> int {
-    auto c = RingConsumer::Attach(name);
-    char x = c.ok() ? 1 : 0;
-    (void)!::write(ready[1], &x, 1);
-    ::pause();
-    return 0;
-  });
-  char x = 0;
-  ASSERT_EQ(::read(ready[0], &x, 1), 1);
+  const pid_t consumer = ForkIdlePeer(name, /*producer=*/false);
+  ASSERT_GT(consumer, 0);
   auto p = RingProducer::Attach(name);
   ASSERT_TRUE(p.ok());
   char rec[200] = {};
   int pushed = 0;
   while (p->Push(kData, rec, sizeof(rec), Deadline::Now()).ok()) ++pushed;
   EXPECT_GT(pushed, 10);
-  std::thread killer([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    ::kill(consumer, SIGKILL);
-  });
-  const auto t0 = std::chrono::steady_clock::now();
-  Status st = p->Push(kData, rec, sizeof(rec), Deadline::AfterMs(20000));
-  const auto waited = std::chrono::steady_clock::now() - t0;
-  killer.join();
-  WaitChild(consumer);
+  auto [st, waited] = WaitWhilePeerIsKilled(
+      consumer, [&] { return p->Push(kData, rec, sizeof(rec), Deadline::AfterMs(20000)); });
   EXPECT_EQ(st.code(), StatusCode::kPeerDead) << st.ToString();
   EXPECT_LT(waited, std::chrono::seconds(10));
-  ::close(ready[0]);
-  ::close(ready[1]);
 }
 
 TEST(RingTest, WaitWithoutAnyProducerTimesOutAndSaysSo) {
