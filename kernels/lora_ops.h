@@ -1,0 +1,47 @@
+// Multi-LoRA ops on the CPU: y = x·Aᵀ (shrink) and out += scale·y·Bᵀ (expand), with a different
+// adapter per row (BGMV, decode) or per contiguous row segment (SGMV, prefill). A is PEFT's
+// lora_A.weight [rank × in_dim] and B its lora_B.weight [out_dim × rank], row-major f32. An
+// adapter index < 0 means "base only": the row is left untouched. These functions assume their
+// inputs are valid (the model's LoRA layer checks shapes once per batch); they are pure, and
+// thread-safe on disjoint outputs. The plain reference versions live in lora_reference.h.
+#pragma once
+
+#include <cstdint>
+
+namespace marlaas::kernels {
+
+struct AdapterRef {
+  const float* a = nullptr;  // [rank × in_dim]
+  const float* b = nullptr;  // [out_dim × rank]
+  int32_t rank = 0;          // 1..kMaxLoraRank
+  float scale = 0;           // alpha / rank
+};
+
+inline constexpr int32_t kMaxLoraRank = 64;
+
+struct LoraProblem {
+  int32_t rows = 0;
+  int32_t in_dim = 0;   // shrink input width (x)
+  int32_t out_dim = 0;  // expand output width (out)
+  const AdapterRef* adapters = nullptr;
+  int32_t num_adapters = 0;
+  int64_t x_stride = 0;    // elements between rows of x (>= in_dim)
+  int64_t y_stride = 0;    // elements between rows of y (>= the largest rank used)
+  int64_t out_stride = 0;  // elements between rows of out (>= out_dim)
+};
+
+// Contiguous row segments: rows [start[s], start[s+1]) use adapter[s].
+struct RowSegments {
+  const int32_t* start = nullptr;    // num + 1 entries, non-decreasing, start[num] <= rows
+  const int32_t* adapter = nullptr;  // num entries
+  int32_t num = 0;
+};
+
+// y[i, 0:rank) = x[i] · Aᵀ of row i's adapter. Rows with adapter < 0 are not written.
+void BgmvShrink(const LoraProblem& p, const int32_t* row_adapter, const float* x, float* y);
+// out[i] += scale · y[i, 0:rank) · Bᵀ of row i's adapter.
+void BgmvExpand(const LoraProblem& p, const int32_t* row_adapter, const float* y, float* out);
+void SgmvShrink(const LoraProblem& p, const RowSegments& segs, const float* x, float* y);
+void SgmvExpand(const LoraProblem& p, const RowSegments& segs, const float* y, float* out);
+
+}  // namespace marlaas::kernels
