@@ -14,6 +14,7 @@ MARLAAS_BUILD_DIR="${MARLAAS_BUILD_DIR:-$MARLAAS_ROOT/build}"
 MARLAAS_PACKAGES=(
   g++ cmake ninja-build pkg-config ccache
   libboost-dev libprotobuf-dev protobuf-compiler libgtest-dev libgmock-dev libseccomp-dev
+  nlohmann-json3-dev
   libtorch-dev libopenblas0-pthread
 )
 
