@@ -9,7 +9,8 @@ What it writes, all from peers nobody here wrote:
   tokenizer/tokenizer.json   a byte-level BPE trained by `tokenizers` (GPT-2/Qwen2-style regex
                              pre-tokenizer, merges, added and special tokens)
   tokenizer/expected.json    texts and the ids that tokenizer gives them
-  llama/                     tiny random LlamaForCausalLM: config.json, model.safetensors (f32),
+  llama/                     tiny random LlamaForCausalLM (weights ~N(0, 0.2): large enough that
+                             attention is far from uniform, so RoPE or masking errors show): config.json, model.safetensors (f32),
                              lora/ (a PEFT LoRA adapter on all seven modules), expected.safetensors
                              (input_ids, logits, logits_lora)
   qwen2/                     tiny random Qwen2ForCausalLM (tied embeddings, q/k/v bias), stored
@@ -86,7 +87,8 @@ def input_ids(vocab):
 def make_llama(out_dir, vocab):
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                      rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False)
+                      rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
+                      initializer_range=0.2)
     model = LlamaForCausalLM(cfg).eval()
     shutil.rmtree(out_dir, ignore_errors=True)
     model.save_pretrained(out_dir, safe_serialization=True)
@@ -109,7 +111,8 @@ def make_llama(out_dir, vocab):
 def make_qwen2(out_dir, vocab):
     cfg = Qwen2Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                      rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True)
+                      rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True,
+                      initializer_range=0.2)
     model = Qwen2ForCausalLM(cfg).eval()
     with torch.no_grad():  # non-zero q/k/v biases, so the test sees them
         for layer in model.model.layers:
@@ -119,8 +122,11 @@ def make_qwen2(out_dir, vocab):
     shutil.rmtree(out_dir, ignore_errors=True)
     model.save_pretrained(out_dir, safe_serialization=True, max_shard_size="20KB")
     ids = input_ids(vocab)
+    # Reload in f32 rather than calling model.float(): casting the model to bf16 also rounded its
+    # RoPE inv_freq buffer, which a fresh load (like ours) computes in full precision.
+    reloaded = Qwen2ForCausalLM.from_pretrained(out_dir, dtype=torch.float32).eval()
     with torch.no_grad():
-        logits = model.float()(ids).logits.float()
+        logits = reloaded(ids).logits.float()
     save_file({"input_ids": ids.to(torch.int64).contiguous(), "logits": logits.contiguous()},
               os.path.join(out_dir, "expected.safetensors"))
 

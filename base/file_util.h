@@ -1,0 +1,20 @@
+// Small file helpers with the durability the state dir needs. Thread-safe.
+#pragma once
+
+#include <string>
+
+#include "base/status.h"
+
+namespace marlaas {
+
+// Writes `contents` to `path` so that a crash leaves either the old file or the new one: a
+// temporary file in the same folder, fsync, rename, fsync of the folder.
+Status WriteFileAtomically(const std::string& path, const std::string& contents);
+// The whole file, or kNotFound / kIo naming the path.
+Result<std::string> ReadFile(const std::string& path);
+
+}  // namespace marlaas
+
+namespace marlaas {
+bool FileExists(const std::string& path);
+}  // namespace marlaas

@@ -1,0 +1,146 @@
+#include "model/base_weights.h"
+
+#include <nlohmann/json.hpp>
+
+#include "base/file_util.h"
+#include "model/tensor_io.h"
+
+namespace marlaas::model {
+namespace {
+
+using json = nlohmann::json;
+
+std::string ProjName(int layer, LoraTarget t) {
+  const bool attn =
+      t == LoraTarget::kQ || t == LoraTarget::kK || t == LoraTarget::kV || t == LoraTarget::kO;
+  return "model.layers." + std::to_string(layer) + (attn ? ".self_attn." : ".mlp.") +
+         LoraTargetName(t);
+}
+
+// name -> the file holding it.
+class TensorSource {
+ public:
+  Status Open(const std::string& dir) {
+    if (FileExists(dir + "/model.safetensors")) {
+      MARLAAS_ASSIGN_OR_RETURN(auto single, SafetensorsFile::Open(dir + "/model.safetensors"));
+      files_.push_back(single);
+      for (const auto& n : single->names()) where_[n] = single.get();
+      return Status::Ok();
+    }
+    const std::string index_path = dir + "/model.safetensors.index.json";
+    auto text = ReadFile(index_path);
+    if (!text.ok()) {
+      return Status(StatusCode::kNotFound,
+                    dir + " has neither model.safetensors nor model.safetensors.index.json");
+    }
+    json index = json::parse(*text, nullptr, false);
+    if (index.is_discarded() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
+      return Status(StatusCode::kCorrupt, index_path + ": no weight_map object");
+    }
+    std::map<std::string, const SafetensorsFile*> by_file;
+    for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+      if (!it.value().is_string())
+        return Status(StatusCode::kCorrupt, index_path + ": bad weight_map entry");
+      const std::string shard = it.value().get<std::string>();
+      if (shard.find('/') != std::string::npos) {
+        return Status(StatusCode::kCorrupt,
+                      index_path + ": shard name '" + shard + "' leaves the model folder");
+      }
+      if (!by_file.count(shard)) {
+        MARLAAS_ASSIGN_OR_RETURN(auto f, SafetensorsFile::Open(dir + "/" + shard));
+        files_.push_back(f);
+        by_file[shard] = f.get();
+      }
+      if (!by_file[shard]->contains(it.key())) {
+        return Status(StatusCode::kCorrupt, index_path + ": '" + it.key() + "' is not in " + shard);
+      }
+      where_[it.key()] = by_file[shard];
+    }
+    return Status::Ok();
+  }
+
+  Result<torch::Tensor> Get(const std::string& name, std::vector<int64_t> shape) const {
+    auto it = where_.find(name);
+    if (it == where_.end())
+      return Status(StatusCode::kNotFound, "checkpoint has no tensor '" + name + "'");
+    MARLAAS_ASSIGN_OR_RETURN(TensorView v, it->second->Get(name));
+    if (v.shape != shape) {
+      std::string want, got;
+      for (auto d : shape) want += (want.empty() ? "" : ",") + std::to_string(d);
+      for (auto d : v.shape) got += (got.empty() ? "" : ",") + std::to_string(d);
+      return Status(StatusCode::kInvalidArgument, "tensor '" + name + "' has shape [" + got +
+                                                      "], config.json implies [" + want + "]");
+    }
+    return ToTensor(v, /*allow_zero_copy=*/true);
+  }
+  bool Has(const std::string& name) const { return where_.count(name) != 0; }
+  std::vector<std::shared_ptr<const SafetensorsFile>> files_;
+
+ private:
+  std::map<std::string, const SafetensorsFile*> where_;
+};
+
+}  // namespace
+
+int64_t BaseWeights::InDim(LoraTarget t) const { return layers[0].proj[size_t(t)].size(1); }
+int64_t BaseWeights::OutDim(LoraTarget t) const { return layers[0].proj[size_t(t)].size(0); }
+
+Result<std::shared_ptr<const BaseWeights>> BaseWeights::Load(const std::string& dir) {
+  auto w = std::make_shared<BaseWeights>();
+  MARLAAS_ASSIGN_OR_RETURN(w->config, ModelConfig::Load(dir));
+  const ModelConfig& c = w->config;
+  TensorSource src;
+  MARLAAS_RETURN_IF_ERROR(src.Open(dir));
+  const int64_t h = c.hidden_size, q = int64_t(c.num_heads) * c.head_dim,
+                kv = int64_t(c.num_kv_heads) * c.head_dim, ff = c.intermediate_size;
+  MARLAAS_ASSIGN_OR_RETURN(w->embed, src.Get("model.embed_tokens.weight", {c.vocab_size, h}));
+  MARLAAS_ASSIGN_OR_RETURN(w->final_norm, src.Get("model.norm.weight", {h}));
+  if (c.tie_word_embeddings) {
+    w->lm_head = w->embed;
+  } else {
+    MARLAAS_ASSIGN_OR_RETURN(w->lm_head, src.Get("lm_head.weight", {c.vocab_size, h}));
+  }
+  const std::vector<int64_t> shapes[kNumLoraTargets] = {{q, h},  {kv, h}, {kv, h}, {h, q},
+                                                        {ff, h}, {ff, h}, {h, ff}};
+  for (int i = 0; i < c.num_layers; ++i) {
+    LayerWeights L;
+    const std::string p = "model.layers." + std::to_string(i);
+    MARLAAS_ASSIGN_OR_RETURN(L.input_norm, src.Get(p + ".input_layernorm.weight", {h}));
+    MARLAAS_ASSIGN_OR_RETURN(L.post_norm, src.Get(p + ".post_attention_layernorm.weight", {h}));
+    for (int t = 0; t < kNumLoraTargets; ++t) {
+      MARLAAS_ASSIGN_OR_RETURN(L.proj[size_t(t)],
+                               src.Get(ProjName(i, LoraTarget(t)) + ".weight", shapes[t]));
+    }
+    if (c.qkv_bias) {
+      MARLAAS_ASSIGN_OR_RETURN(L.q_bias, src.Get(p + ".self_attn.q_proj.bias", {q}));
+      MARLAAS_ASSIGN_OR_RETURN(L.k_bias, src.Get(p + ".self_attn.k_proj.bias", {kv}));
+      MARLAAS_ASSIGN_OR_RETURN(L.v_bias, src.Get(p + ".self_attn.v_proj.bias", {kv}));
+    }
+    w->layers.push_back(std::move(L));
+  }
+  w->files = std::move(src.files_);
+  return std::shared_ptr<const BaseWeights>(std::move(w));
+}
+
+std::map<std::string, torch::Tensor> BaseWeights::NamedTensors() const {
+  std::map<std::string, torch::Tensor> out;
+  out["model.embed_tokens.weight"] = embed;
+  out["model.norm.weight"] = final_norm;
+  if (!config.tie_word_embeddings) out["lm_head.weight"] = lm_head;
+  for (int i = 0; i < int(layers.size()); ++i) {
+    const LayerWeights& L = layers[size_t(i)];
+    const std::string p = "model.layers." + std::to_string(i);
+    out[p + ".input_layernorm.weight"] = L.input_norm;
+    out[p + ".post_attention_layernorm.weight"] = L.post_norm;
+    for (int t = 0; t < kNumLoraTargets; ++t)
+      out[ProjName(i, LoraTarget(t)) + ".weight"] = L.proj[size_t(t)];
+    if (config.qkv_bias) {
+      out[p + ".self_attn.q_proj.bias"] = L.q_bias;
+      out[p + ".self_attn.k_proj.bias"] = L.k_bias;
+      out[p + ".self_attn.v_proj.bias"] = L.v_bias;
+    }
+  }
+  return out;
+}
+
+}  // namespace marlaas::model

@@ -1,0 +1,45 @@
+// BaseWeights: the frozen base model, loaded from a Hugging Face checkpoint directory
+// (config.json plus model.safetensors, or shards listed in model.safetensors.index.json; f32,
+// bf16 or f16 on disk) by memory-mapping the files. f32 weights point into the read-only
+// mappings, so processes loading the same model share its pages. Immutable after Load; any
+// thread may read it. No tensor here ever requires grad.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+#include "model/torch_pch.h"
+#include "shm/adapter_layout.h"
+
+namespace marlaas::model {
+
+struct LayerWeights {
+  torch::Tensor input_norm;  // [hidden]
+  torch::Tensor post_norm;   // [hidden]
+  // Indexed by LoraTarget: q, k, v, o, gate, up, down; each [out, in] as in nn.Linear.
+  std::array<torch::Tensor, kNumLoraTargets> proj;
+  torch::Tensor q_bias, k_bias, v_bias;  // undefined unless config.qkv_bias
+};
+
+struct BaseWeights {
+  ModelConfig config;
+  torch::Tensor embed;       // [vocab, hidden]
+  torch::Tensor final_norm;  // [hidden]
+  torch::Tensor lm_head;     // [vocab, hidden]; the embedding when tied
+  std::vector<LayerWeights> layers;
+  std::vector<std::shared_ptr<const SafetensorsFile>> files;  // keep the mappings alive
+
+  static Result<std::shared_ptr<const BaseWeights>> Load(const std::string& model_dir);
+  // Input and output width of projection `t` (what a LoRA on it must match).
+  int64_t InDim(LoraTarget t) const;
+  int64_t OutDim(LoraTarget t) const;
+  // The tensors by their Hugging Face names (for writing a checkpoint).
+  std::map<std::string, torch::Tensor> NamedTensors() const;
+};
+
+}  // namespace marlaas::model

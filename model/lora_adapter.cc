@@ -1,0 +1,181 @@
+#include "model/lora_adapter.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "base/file_util.h"
+#include "model/tensor_io.h"
+
+namespace marlaas::model {
+namespace {
+
+using json = nlohmann::json;
+
+std::string PeftKey(int layer, LoraTarget t, const char* which) {
+  const bool attn =
+      t == LoraTarget::kQ || t == LoraTarget::kK || t == LoraTarget::kV || t == LoraTarget::kO;
+  return "base_model.model.model.layers." + std::to_string(layer) +
+         (attn ? ".self_attn." : ".mlp.") + LoraTargetName(t) + "." + which + ".weight";
+}
+
+Status BadPeft(const std::string& dir, const std::string& m) {
+  return Status(StatusCode::kInvalidArgument, dir + ": " + m);
+}
+
+}  // namespace
+
+AdapterLayout LayoutFor(const BaseWeights& base, uint32_t rank, float alpha, uint32_t mask) {
+  AdapterLayout l;
+  l.rank = rank;
+  l.alpha = alpha;
+  l.num_layers = uint32_t(base.layers.size());
+  l.target_mask = mask;
+  for (int t = 0; t < kNumLoraTargets; ++t) {
+    l.in_dim[t] = uint32_t(base.InDim(LoraTarget(t)));
+    l.out_dim[t] = uint32_t(base.OutDim(LoraTarget(t)));
+  }
+  return l;
+}
+
+torch::Tensor LoraAdapter::A(int layer, LoraTarget t) const {
+  const int64_t in = layout_.in_dim[int(t)];
+  return flat_.narrow(0, int64_t(layout_.OffsetOfA(uint32_t(layer), t)), int64_t(layout_.rank) * in)
+      .view({int64_t(layout_.rank), in});
+}
+
+torch::Tensor LoraAdapter::B(int layer, LoraTarget t) const {
+  const int64_t out = layout_.out_dim[int(t)];
+  return flat_.narrow(0, int64_t(layout_.OffsetOfB(uint32_t(layer), t)), out * layout_.rank)
+      .view({out, int64_t(layout_.rank)});
+}
+
+Result<LoraAdapter> LoraAdapter::Create(const BaseWeights& base, uint32_t rank, float alpha,
+                                        uint32_t target_mask, uint64_t seed) {
+  LoraAdapter a;
+  a.layout_ = LayoutFor(base, rank, alpha, target_mask);
+  MARLAAS_RETURN_IF_ERROR(a.layout_.Validate());
+  a.flat_ = torch::zeros({int64_t(a.layout_.NumElements())});
+  auto gen = at::detail::createCPUGenerator(seed);
+  torch::NoGradGuard no_grad;
+  for (int l = 0; l < int(a.layout_.num_layers); ++l) {
+    for (int t = 0; t < kNumLoraTargets; ++t) {
+      if (!a.has(LoraTarget(t))) continue;
+      // kaiming_uniform(a=sqrt(5)) on [rank, in]: bound = 1/sqrt(in).
+      const double bound = 1.0 / std::sqrt(double(a.layout_.in_dim[t]));
+      a.A(l, LoraTarget(t)).uniform_(-bound, bound, gen);
+    }
+  }
+  return a;
+}
+
+Result<LoraAdapter> LoraAdapter::FromFlat(const AdapterLayout& layout, const float* data) {
+  MARLAAS_RETURN_IF_ERROR(layout.Validate());
+  if (layout.dtype_bytes != 4) return Status(StatusCode::kInvalidArgument, "CPU adapters are f32");
+  LoraAdapter a;
+  a.layout_ = layout;
+  a.flat_ = torch::empty({int64_t(layout.NumElements())});
+  std::memcpy(a.flat_.data_ptr<float>(), data, layout.NumBytes());
+  return a;
+}
+
+Result<LoraAdapter> LoraAdapter::ImportPeft(const std::string& dir, const BaseWeights& base) {
+  MARLAAS_ASSIGN_OR_RETURN(std::string text, ReadFile(dir + "/adapter_config.json"));
+  json cfg = json::parse(text, nullptr, false);
+  if (cfg.is_discarded() || !cfg.is_object())
+    return BadPeft(dir, "adapter_config.json is not a JSON object");
+  if (cfg.value("peft_type", "LORA") != "LORA") return BadPeft(dir, "peft_type is not LORA");
+  if (!cfg.contains("r") || !cfg["r"].is_number_integer())
+    return BadPeft(dir, "adapter_config.json has no integer 'r'");
+  const uint32_t rank = cfg["r"].get<uint32_t>();
+  const float alpha = cfg.contains("lora_alpha") ? cfg["lora_alpha"].get<float>() : float(rank);
+  // Options that change the math, which we do not implement: refuse rather than compute wrongly.
+  for (const char* flag : {"use_rslora", "use_dora", "fan_in_fan_out"}) {
+    if (cfg.contains(flag) && cfg[flag].is_boolean() && cfg[flag].get<bool>()) {
+      return BadPeft(dir, std::string(flag) + " is not supported");
+    }
+  }
+  for (const char* pattern : {"rank_pattern", "alpha_pattern"}) {
+    if (cfg.contains(pattern) && cfg[pattern].is_object() && !cfg[pattern].empty()) {
+      return BadPeft(dir, std::string(pattern) + " is not supported");
+    }
+  }
+  if (cfg.contains("layers_to_transform") && !cfg["layers_to_transform"].is_null()) {
+    return BadPeft(dir, "layers_to_transform is not supported");
+  }
+  if (cfg.value("bias", "none") != "none") return BadPeft(dir, "bias must be 'none'");
+  uint32_t mask = 0;
+  if (!cfg.contains("target_modules") || !cfg["target_modules"].is_array()) {
+    return BadPeft(dir, "target_modules must be a list of module names");
+  }
+  for (const auto& m : cfg["target_modules"]) {
+    bool known = false;
+    for (int t = 0; t < kNumLoraTargets; ++t) {
+      if (m.is_string() && m.get<std::string>() == LoraTargetName(LoraTarget(t))) {
+        mask |= 1u << t;
+        known = true;
+      }
+    }
+    if (!known)
+      return BadPeft(dir, "target module " + m.dump() + " is not one of q/k/v/o/gate/up/down_proj");
+  }
+  LoraAdapter a;
+  a.layout_ = LayoutFor(base, rank, alpha, mask);
+  MARLAAS_RETURN_IF_ERROR(a.layout_.Validate().Annotate(dir));
+  MARLAAS_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(dir + "/adapter_model.safetensors"));
+  a.flat_ = torch::zeros({int64_t(a.layout_.NumElements())});
+  torch::NoGradGuard no_grad;
+  for (int l = 0; l < int(a.layout_.num_layers); ++l) {
+    for (int t = 0; t < kNumLoraTargets; ++t) {
+      if (!a.has(LoraTarget(t))) continue;
+      for (const char* which : {"lora_A", "lora_B"}) {
+        const std::string key = PeftKey(l, LoraTarget(t), which);
+        MARLAAS_ASSIGN_OR_RETURN(TensorView v, file->Get(key));
+        MARLAAS_ASSIGN_OR_RETURN(torch::Tensor src, ToTensor(v, false));
+        torch::Tensor dst = which[5] == 'A' ? a.A(l, LoraTarget(t)) : a.B(l, LoraTarget(t));
+        if (src.sizes() != dst.sizes()) {
+          return BadPeft(dir, key + " has shape " + c10::str(src.sizes()) + ", expected " +
+                                  c10::str(dst.sizes()));
+        }
+        dst.copy_(src);
+      }
+    }
+  }
+  return a;
+}
+
+Status LoraAdapter::ExportPeft(const std::string& dir, const std::string& base_model_name) const {
+  json targets = json::array();
+  for (int t = 0; t < kNumLoraTargets; ++t) {
+    if (has(LoraTarget(t))) targets.push_back(LoraTargetName(LoraTarget(t)));
+  }
+  json cfg = {{"peft_type", "LORA"},
+              {"task_type", "CAUSAL_LM"},
+              {"base_model_name_or_path", base_model_name},
+              {"r", layout_.rank},
+              {"lora_alpha", layout_.alpha},
+              {"lora_dropout", 0.0},
+              {"target_modules", targets},
+              {"bias", "none"},
+              {"fan_in_fan_out", false},
+              {"use_rslora", false},
+              {"use_dora", false},
+              {"inference_mode", true},
+              {"init_lora_weights", true},
+              {"modules_to_save", nullptr},
+              {"layers_to_transform", nullptr},
+              {"rank_pattern", json::object()},
+              {"alpha_pattern", json::object()}};
+  std::map<std::string, torch::Tensor> tensors;
+  for (int l = 0; l < int(layout_.num_layers); ++l) {
+    for (int t = 0; t < kNumLoraTargets; ++t) {
+      if (!has(LoraTarget(t))) continue;
+      tensors[PeftKey(l, LoraTarget(t), "lora_A")] = A(l, LoraTarget(t)).detach();
+      tensors[PeftKey(l, LoraTarget(t), "lora_B")] = B(l, LoraTarget(t)).detach();
+    }
+  }
+  MARLAAS_RETURN_IF_ERROR(
+      SaveTensors(dir + "/adapter_model.safetensors", tensors, {{"format", "pt"}}));
+  return WriteFileAtomically(dir + "/adapter_config.json", cfg.dump(2) + "\n");
+}
+
+}  // namespace marlaas::model

@@ -1,0 +1,48 @@
+// LoraAdapter: one tenant's LoRA weights as one flat f32 tensor in AdapterLayout order (the
+// same bytes the adapter store, the optimizer and a cross-GPU broadcast handle), with A and B of
+// each (layer, target) as views into it. For training, `flat` is the autograd leaf. Imports and
+// exports PEFT's layout (adapter_config.json + adapter_model.safetensors, PEFT key names).
+// Not thread-safe while training; read-only use from several threads is fine.
+#pragma once
+
+#include <string>
+
+#include "base/status.h"
+#include "model/base_weights.h"
+#include "model/torch_pch.h"
+#include "shm/adapter_layout.h"
+
+namespace marlaas::model {
+
+class LoraAdapter {
+ public:
+  LoraAdapter() = default;
+  // A fresh adapter as PEFT initialises one: A ~ kaiming-uniform(a=sqrt(5)), B = 0, so it starts
+  // as the base model. Deterministic for a seed.
+  static Result<LoraAdapter> Create(const BaseWeights& base, uint32_t rank, float alpha,
+                                    uint32_t target_mask, uint64_t seed);
+  // An adapter of `layout` holding a copy of `data` (layout.NumElements() floats).
+  static Result<LoraAdapter> FromFlat(const AdapterLayout& layout, const float* data);
+  // Reads a PEFT adapter directory; checks it against `base`.
+  static Result<LoraAdapter> ImportPeft(const std::string& dir, const BaseWeights& base);
+  // Writes adapter_config.json and adapter_model.safetensors (atomically each).
+  Status ExportPeft(const std::string& dir, const std::string& base_model_name) const;
+
+  const AdapterLayout& layout() const { return layout_; }
+  float scale() const { return layout_.alpha / float(layout_.rank); }
+  bool has(LoraTarget t) const { return layout_.has(t); }
+  torch::Tensor& flat() { return flat_; }
+  const torch::Tensor& flat() const { return flat_; }
+  // [rank, in] and [out, rank] views of `flat`. REQUIRES: has(t).
+  torch::Tensor A(int layer, LoraTarget t) const;
+  torch::Tensor B(int layer, LoraTarget t) const;
+
+ private:
+  AdapterLayout layout_;
+  torch::Tensor flat_;
+};
+
+// The layout an adapter of this rank/alpha/targets has on `base`.
+AdapterLayout LayoutFor(const BaseWeights& base, uint32_t rank, float alpha, uint32_t target_mask);
+
+}  // namespace marlaas::model

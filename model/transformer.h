@@ -1,0 +1,55 @@
+// Transformer: the Llama-family decoder (RMSNorm, RoPE, SwiGLU, grouped-query attention, tied or
+// untied embeddings, Qwen2's q/k/v bias) over frozen BaseWeights, with a LoRA adapter per batch
+// row. With autograd on (training), LoRA is computed with LibTorch ops per adapter group, so each
+// adapter's `flat` receives its gradient; with autograd off (rollout), it runs the SGMV kernels.
+// Const methods are safe to call from several threads.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "model/base_weights.h"
+#include "model/lora_adapter.h"
+#include "model/torch_pch.h"
+
+namespace marlaas::model {
+
+// Which adapter each batch row uses (-1: base only). Rows of one adapter need not be adjacent.
+struct LoraRouting {
+  std::vector<const LoraAdapter*> adapters;
+  std::vector<int32_t> row_adapter;
+};
+
+class Transformer {
+ public:
+  explicit Transformer(std::shared_ptr<const BaseWeights> weights);
+
+  const ModelConfig& config() const { return w_->config; }
+  const BaseWeights& weights() const { return *w_; }
+
+  // Causal forward over whole sequences. tokens: [B, T] int64 (right-padded rows are fine: a
+  // position never attends to later ones). Returns logits [B, T, vocab] (f32).
+  torch::Tensor Forward(const torch::Tensor& tokens, const LoraRouting* lora = nullptr) const;
+  // The final-norm hidden states [B, T, hidden]; logits = Hidden · lm_headᵀ.
+  torch::Tensor Hidden(const torch::Tensor& tokens, const LoraRouting* lora = nullptr) const;
+
+  // x [B, T, in] through projection `t` of `layer`, plus bias and each row's LoRA delta.
+  torch::Tensor Project(const torch::Tensor& x, int layer, LoraTarget t,
+                        const LoraRouting* lora) const;
+  // cos and sin tables [T, head_dim] for the given positions (int64 [T]).
+  std::pair<torch::Tensor, torch::Tensor> Rope(const torch::Tensor& positions) const;
+
+ private:
+  torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const;
+  torch::Tensor Block(const torch::Tensor& x, int layer, const torch::Tensor& cos,
+                      const torch::Tensor& sin, const LoraRouting* lora) const;
+
+  std::shared_ptr<const BaseWeights> w_;
+  torch::Tensor inv_freq_;  // [head_dim / 2]
+};
+
+// RoPE as Hugging Face applies it: x·cos + rotate_half(x)·sin, halves not interleaved.
+// x: [B, heads, T, head_dim]; cos, sin: [T, head_dim].
+torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+
+}  // namespace marlaas::model

@@ -1,0 +1,194 @@
+// The decoder against Hugging Face transformers (fixtures from tests/data/make_fixtures.py), and
+// batched multi-LoRA against per-row merged weights, forward and gradients.
+#include "model/transformer.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "model/compute_threads.h"
+#include "model/tensor_io.h"
+
+namespace marlaas::model {
+namespace {
+
+const std::string kData = MARLAAS_TEST_DATA_DIR;
+
+std::shared_ptr<const BaseWeights> LoadOrDie(const std::string& dir) {
+  auto w = BaseWeights::Load(dir);
+  EXPECT_TRUE(w.ok()) << w.status().ToString();
+  return w.ok() ? *w : nullptr;
+}
+
+double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a - b).abs().max().item<double>();
+}
+
+TEST(TransformerTest, LlamaLogitsMatchTransformers) {
+  SetComputeThreads(1);
+  auto w = LoadOrDie(kData + "/llama");
+  ASSERT_TRUE(w);
+  auto expected = LoadTensors(kData + "/llama/expected.safetensors");
+  ASSERT_TRUE(expected.ok()) << expected.status().ToString();
+  Transformer model(w);
+  torch::NoGradGuard no_grad;
+  auto logits = model.Forward(expected->at("input_ids"));
+  EXPECT_LT(MaxAbsDiff(logits, expected->at("logits")), 1e-4);
+}
+
+TEST(TransformerTest, LlamaWithPeftLoraMatchesTransformers) {
+  auto w = LoadOrDie(kData + "/llama");
+  ASSERT_TRUE(w);
+  auto expected = LoadTensors(kData + "/llama/expected.safetensors");
+  ASSERT_TRUE(expected.ok());
+  auto adapter = LoraAdapter::ImportPeft(kData + "/llama/lora", *w);
+  ASSERT_TRUE(adapter.ok()) << adapter.status().ToString();
+  EXPECT_EQ(adapter->layout().rank, 4u);
+  Transformer model(w);
+  const auto& ids = expected->at("input_ids");
+  LoraRouting routing{{&*adapter}, std::vector<int32_t>(size_t(ids.size(0)), 0)};
+  {
+    torch::NoGradGuard no_grad;  // the SGMV kernel path
+    EXPECT_LT(MaxAbsDiff(model.Forward(ids, &routing), expected->at("logits_lora")), 1e-4);
+  }
+  // The autograd path computes the same.
+  EXPECT_LT(MaxAbsDiff(model.Forward(ids, &routing).detach(), expected->at("logits_lora")), 1e-4);
+  // And the adapter really changes the output.
+  EXPECT_GT(MaxAbsDiff(expected->at("logits"), expected->at("logits_lora")), 1e-3);
+}
+
+TEST(TransformerTest, Qwen2ShardedBf16LogitsMatchTransformers) {
+  auto w = LoadOrDie(kData + "/qwen2");
+  ASSERT_TRUE(w);
+  EXPECT_TRUE(w->config.tie_word_embeddings);
+  EXPECT_TRUE(w->config.qkv_bias);
+  EXPECT_GT(w->files.size(), 1u);
+  auto expected = LoadTensors(kData + "/qwen2/expected.safetensors");
+  ASSERT_TRUE(expected.ok());
+  Transformer model(w);
+  torch::NoGradGuard no_grad;
+  EXPECT_LT(MaxAbsDiff(model.Forward(expected->at("input_ids")), expected->at("logits")), 1e-4);
+}
+
+TEST(TransformerTest, MissingOrMisshapenCheckpointsAreRefusedByName) {
+  auto none = BaseWeights::Load("/nonexistent");
+  EXPECT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("/nonexistent"), std::string::npos);
+}
+
+// Random adapters (different ranks and targets) with non-zero B on the llama fixture.
+std::vector<LoraAdapter> RandomAdapters(const BaseWeights& w, int n, std::mt19937& rng) {
+  std::vector<LoraAdapter> out;
+  for (int k = 0; k < n; ++k) {
+    const uint32_t rank = 1 + rng() % 8;
+    const uint32_t mask = 1 + rng() % ((1u << kNumLoraTargets) - 1);
+    auto a = LoraAdapter::Create(w, rank, float(1 + rng() % 16), mask, rng());
+    EXPECT_TRUE(a.ok());
+    torch::NoGradGuard no_grad;
+    a->flat().normal_(0, 0.2);
+    out.push_back(std::move(*a));
+  }
+  return out;
+}
+
+// The base weights with `ad` merged in: W + (alpha/r)·B·A for every adapted projection.
+std::shared_ptr<const BaseWeights> Merged(const BaseWeights& w, const LoraAdapter& ad) {
+  auto m = std::make_shared<BaseWeights>(w);
+  for (int l = 0; l < int(m->layers.size()); ++l) {
+    for (int t = 0; t < kNumLoraTargets; ++t) {
+      if (!ad.has(LoraTarget(t))) continue;
+      auto& W = m->layers[size_t(l)].proj[size_t(t)];
+      W = W + ad.scale() * torch::matmul(ad.B(l, LoraTarget(t)), ad.A(l, LoraTarget(t)));
+    }
+  }
+  return m;
+}
+
+// Property: a batch whose rows use different adapters (and some none) gives, row by row, the
+// logits of that row alone through the merged weights; on both the kernel and autograd paths.
+TEST(TransformerTest, BatchedMultiLoraEqualsPerRowMergedWeights) {
+  auto w = LoadOrDie(kData + "/llama");
+  ASSERT_TRUE(w);
+  std::mt19937 rng(31);
+  Transformer model(w);
+  for (int trial = 0; trial < 3; ++trial) {
+    auto adapters = RandomAdapters(*w, 3, rng);
+    const int64_t B = 6, T = 1 + rng() % 9;
+    auto tokens = torch::randint(w->config.vocab_size, {B, T}, torch::kInt64);
+    LoraRouting routing;
+    for (auto& a : adapters) routing.adapters.push_back(&a);
+    for (int64_t b = 0; b < B; ++b) routing.row_adapter.push_back(int32_t(rng() % 4) - 1);
+    for (bool grad : {false, true}) {
+      torch::AutoGradMode mode(grad);
+      auto logits = model.Forward(tokens, &routing).detach();
+      for (int64_t b = 0; b < B; ++b) {
+        const int32_t k = routing.row_adapter[size_t(b)];
+        Transformer ref(k < 0 ? w : Merged(*w, adapters[size_t(k)]));
+        auto want = ref.Forward(tokens.narrow(0, b, 1)).detach();
+        EXPECT_LT(MaxAbsDiff(logits.narrow(0, b, 1), want), 1e-4)
+            << "row " << b << " adapter " << k << " grad " << grad;
+      }
+    }
+  }
+}
+
+// Property: the gradients each adapter receives from a batched multi-LoRA backward equal those
+// of its own rows through merged weights W + s·B·A with A, B as the leaves.
+TEST(TransformerTest, MultiLoraGradientsEqualMergedWeightGradients) {
+  auto w = LoadOrDie(kData + "/llama");
+  ASSERT_TRUE(w);
+  std::mt19937 rng(41);
+  auto adapters = RandomAdapters(*w, 2, rng);
+  const int64_t B = 4, T = 5;
+  auto tokens = torch::randint(w->config.vocab_size, {B, T}, torch::kInt64);
+  auto probe = torch::randn({B, T, w->config.vocab_size});
+  LoraRouting routing{{&adapters[0], &adapters[1]}, {0, 1, -1, 0}};
+  for (auto& a : adapters) a.flat().set_requires_grad(true);
+  Transformer model(w);
+  (model.Forward(tokens, &routing) * probe).sum().backward();
+  for (int k = 0; k < 2; ++k) {
+    // Reference: fresh leaves with the same values, merged into the weights, only k's rows.
+    LoraAdapter ref = *LoraAdapter::FromFlat(adapters[size_t(k)].layout(),
+                                             adapters[size_t(k)].flat().detach().data_ptr<float>());
+    ref.flat().set_requires_grad(true);
+    auto merged = std::make_shared<BaseWeights>(*w);
+    for (int l = 0; l < int(merged->layers.size()); ++l) {
+      for (int t = 0; t < kNumLoraTargets; ++t) {
+        if (!ref.has(LoraTarget(t))) continue;
+        auto& W = merged->layers[size_t(l)].proj[size_t(t)];
+        W = W + ref.scale() * torch::matmul(ref.B(l, LoraTarget(t)), ref.A(l, LoraTarget(t)));
+      }
+    }
+    std::vector<int64_t> rows;
+    for (int64_t b = 0; b < B; ++b)
+      if (routing.row_adapter[size_t(b)] == k) rows.push_back(b);
+    auto idx = torch::tensor(rows, torch::kInt64);
+    Transformer ref_model(merged);
+    (ref_model.Forward(tokens.index_select(0, idx)) * probe.index_select(0, idx)).sum().backward();
+    auto got = adapters[size_t(k)].flat().grad();
+    auto want = ref.flat().grad();
+    ASSERT_TRUE(got.defined() && want.defined());
+    EXPECT_GT(want.abs().max().item<double>(), 1e-3);
+    EXPECT_LT(MaxAbsDiff(got, want), 1e-4 * (1 + want.abs().max().item<double>()))
+        << "adapter " << k;
+  }
+}
+
+TEST(TransformerTest, PeftExportReimportsToIdenticalWeights) {
+  auto w = LoadOrDie(kData + "/llama");
+  ASSERT_TRUE(w);
+  auto a = LoraAdapter::ImportPeft(kData + "/llama/lora", *w);
+  ASSERT_TRUE(a.ok());
+  const std::string dir = "/tmp/marlaas_peft_" + std::to_string(getpid());
+  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  ASSERT_TRUE(a->ExportPeft(dir, "tiny-llama").ok());
+  auto b = LoraAdapter::ImportPeft(dir, *w);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_TRUE(torch::equal(a->flat(), b->flat()));
+  EXPECT_EQ(b->layout().target_mask, a->layout().target_mask);
+  EXPECT_EQ(b->layout().alpha, a->layout().alpha);
+  ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
+}
+
+}  // namespace
+}  // namespace marlaas::model
