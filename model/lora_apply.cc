@@ -5,77 +5,94 @@
 namespace marlaas::model {
 namespace {
 
-torch::Tensor WithAutograd(const torch::Tensor& x, torch::Tensor y, int layer, LoraTarget t,
-                           const LoraRouting& lora) {
-  for (size_t k = 0; k < lora.adapters.size(); ++k) {
-    const LoraAdapter* ad = lora.adapters[k];
-    if (ad == nullptr || !ad->has(t)) continue;
-    std::vector<int64_t> rows;
-    for (size_t b = 0; b < lora.row_adapter.size(); ++b) {
-      if (lora.row_adapter[b] == int32_t(k)) rows.push_back(int64_t(b));
-    }
-    if (rows.empty()) continue;
-    auto idx = torch::tensor(rows, torch::kInt64);
-    auto xk = x.index_select(0, idx);
-    auto delta =
-        torch::matmul(torch::matmul(xk, ad->A(layer, t).t()), ad->B(layer, t).t()) * ad->scale();
-    y = y.index_add(0, idx, delta);
-  }
-  return y;
+bool Uses(const LoraSegments& segs, size_t s, LoraTarget t) {
+  const int32_t k = segs.adapter[s];
+  return k >= 0 && segs.adapters[size_t(k)] != nullptr && segs.adapters[size_t(k)]->has(t);
 }
 
-torch::Tensor WithKernels(const torch::Tensor& x, torch::Tensor y, int layer, LoraTarget t,
-                          const LoraRouting& lora) {
-  const int64_t B = x.size(0), T = x.size(1), in = x.size(2), out = y.size(2);
-  auto x2 = x.reshape({B * T, in}).contiguous();
-  auto y2 = y.reshape({B * T, out}).contiguous();
-  std::vector<kernels::AdapterRef> refs(lora.adapters.size());
-  int32_t max_rank = 1;
-  for (size_t k = 0; k < lora.adapters.size(); ++k) {
-    const LoraAdapter* ad = lora.adapters[k];
-    if (ad == nullptr || !ad->has(t)) continue;  // refs[k].rank stays 0: skipped below
+torch::Tensor WithAutograd(const torch::Tensor& x, const torch::Tensor& y, int layer, LoraTarget t,
+                           const LoraSegments& segs) {
+  std::vector<torch::Tensor> pieces;
+  for (size_t s = 0; s < segs.adapter.size(); ++s) {
+    const int64_t begin = segs.start[s], len = segs.start[s + 1] - begin;
+    if (len == 0) continue;
+    auto ys = y.narrow(0, begin, len);
+    if (Uses(segs, s, t)) {
+      const LoraAdapter* ad = segs.adapters[size_t(segs.adapter[s])];
+      auto xs = x.narrow(0, begin, len);
+      ys = ys +
+           torch::matmul(torch::matmul(xs, ad->A(layer, t).t()), ad->B(layer, t).t()) * ad->scale();
+    }
+    pieces.push_back(ys);
+  }
+  return torch::cat(pieces, 0);
+}
+
+torch::Tensor WithKernels(const torch::Tensor& x, const torch::Tensor& y, int layer, LoraTarget t,
+                          const LoraSegments& segs) {
+  auto x2 = x.contiguous();
+  auto out = y.contiguous();
+  std::vector<kernels::AdapterRef> refs(segs.adapters.size());
+  std::vector<int32_t> seg_adapter(segs.adapter.size(), -1);
+  int32_t max_rank = 0;
+  bool single_rows = true;
+  for (size_t s = 0; s < segs.adapter.size(); ++s) {
+    single_rows &= segs.start[s + 1] - segs.start[s] == 1;
+    if (!Uses(segs, s, t)) continue;
+    const size_t k = size_t(segs.adapter[s]);
+    const LoraAdapter* ad = segs.adapters[k];
     refs[k] = {ad->A(layer, t).data_ptr<float>(), ad->B(layer, t).data_ptr<float>(),
                int32_t(ad->layout().rank), ad->scale()};
     max_rank = std::max(max_rank, refs[k].rank);
+    seg_adapter[s] = int32_t(k);
   }
-  // Contiguous runs of rows with the same adapter become one segment each.
-  std::vector<int32_t> start = {0}, adapter;
-  for (int64_t b = 0; b < B; ++b) {
-    int32_t k = lora.row_adapter[size_t(b)];
-    if (k >= 0 && refs[size_t(k)].rank == 0) k = -1;
-    if (!adapter.empty() && adapter.back() == k) {
-      start.back() = int32_t((b + 1) * T);
-    } else {
-      adapter.push_back(k);
-      start.push_back(int32_t((b + 1) * T));
-    }
-  }
+  if (max_rank == 0) return y;  // no row of this batch adapts this projection
   kernels::LoraProblem p;
-  p.rows = int32_t(B * T);
-  p.in_dim = int32_t(in);
-  p.out_dim = int32_t(out);
+  p.rows = int32_t(x2.size(0));
+  p.in_dim = int32_t(x2.size(1));
+  p.out_dim = int32_t(out.size(1));
   p.adapters = refs.data();
   p.num_adapters = int32_t(refs.size());
-  p.x_stride = in;
+  p.x_stride = p.in_dim;
   p.y_stride = max_rank;
-  p.out_stride = out;
-  kernels::RowSegments segs{start.data(), adapter.data(), int32_t(adapter.size())};
-  auto shrunk = torch::empty({B * T, max_rank});
-  kernels::SgmvShrink(p, segs, x2.data_ptr<float>(), shrunk.data_ptr<float>());
-  kernels::SgmvExpand(p, segs, shrunk.data_ptr<float>(), y2.data_ptr<float>());
-  return y2.view({B, T, out});
+  p.out_stride = p.out_dim;
+  auto shrunk = torch::empty({x2.size(0), max_rank});
+  if (single_rows && int64_t(seg_adapter.size()) == x2.size(0)) {
+    kernels::BgmvShrink(p, seg_adapter.data(), x2.data_ptr<float>(), shrunk.data_ptr<float>());
+    kernels::BgmvExpand(p, seg_adapter.data(), shrunk.data_ptr<float>(), out.data_ptr<float>());
+  } else {
+    kernels::RowSegments rs{segs.start.data(), seg_adapter.data(), int32_t(seg_adapter.size())};
+    kernels::SgmvShrink(p, rs, x2.data_ptr<float>(), shrunk.data_ptr<float>());
+    kernels::SgmvExpand(p, rs, shrunk.data_ptr<float>(), out.data_ptr<float>());
+  }
+  return out;
 }
 
 }  // namespace
 
-torch::Tensor AddLoraDelta(const torch::Tensor& x, const torch::Tensor& y, int layer,
-                           LoraTarget target, const LoraRouting& lora) {
-  TORCH_CHECK(int64_t(lora.row_adapter.size()) == x.size(0), "one adapter index per batch row");
-  for (int32_t k : lora.row_adapter) {
-    TORCH_CHECK(k < int32_t(lora.adapters.size()), "row adapter index out of range");
+LoraSegments LoraSegments::Uniform(std::vector<const LoraAdapter*> adapters,
+                                   const std::vector<int32_t>& adapter_per_block,
+                                   int32_t rows_each) {
+  LoraSegments s;
+  s.adapters = std::move(adapters);
+  s.start.push_back(0);
+  for (int32_t k : adapter_per_block) {
+    s.adapter.push_back(k);
+    s.start.push_back(s.start.back() + rows_each);
   }
-  if (torch::GradMode::is_enabled()) return WithAutograd(x, y, layer, target, lora);
-  return WithKernels(x, y, layer, target, lora);
+  return s;
+}
+
+torch::Tensor AddLoraDelta(const torch::Tensor& x, const torch::Tensor& y, int layer,
+                           LoraTarget target, const LoraSegments& segs) {
+  TORCH_CHECK(x.dim() == 2 && y.dim() == 2 && x.size(0) == y.size(0), "rows of x and y differ");
+  TORCH_CHECK(segs.start.size() == segs.adapter.size() + 1 && segs.start.back() == x.size(0),
+              "LoRA segments must cover every row");
+  for (int32_t k : segs.adapter) {
+    TORCH_CHECK(k < int32_t(segs.adapters.size()), "LoRA adapter index out of range");
+  }
+  if (torch::GradMode::is_enabled()) return WithAutograd(x, y, layer, target, segs);
+  return WithKernels(x, y, layer, target, segs);
 }
 
 }  // namespace marlaas::model

@@ -1,14 +1,28 @@
-// Adding each batch row's LoRA delta, scale·(x·Aᵀ)·Bᵀ, to a projection's output. With autograd
-// on, per adapter group with LibTorch ops (gradients reach each adapter's flat tensor); with
-// autograd off, through the SGMV kernels on contiguous row segments.
+// Adding each row's LoRA delta, scale·(x·Aᵀ)·Bᵀ, to a projection's output. Rows are grouped in
+// contiguous segments that share an adapter (-1: none). With autograd on, each segment uses
+// LibTorch ops, so gradients reach the adapters' flat tensors; with autograd off, the SGMV
+// kernels (BGMV when every segment is one row, as in decoding) do the work in place.
 #pragma once
 
-#include "model/transformer.h"
+#include <vector>
+
+#include "model/lora_adapter.h"
+#include "model/torch_pch.h"
 
 namespace marlaas::model {
 
-// x: [B, T, in], y: [B, T, out] (the base projection). Returns y plus the deltas.
+struct LoraSegments {
+  std::vector<const LoraAdapter*> adapters;
+  std::vector<int32_t> start;    // segment s covers rows [start[s], start[s+1]); size num + 1
+  std::vector<int32_t> adapter;  // index into adapters, -1 for none; size num
+  // Consecutive segments of `rows_each` rows whose adapters are given per segment.
+  static LoraSegments Uniform(std::vector<const LoraAdapter*> adapters,
+                              const std::vector<int32_t>& adapter_per_block, int32_t rows_each);
+};
+
+// x: [N, in] rows, y: [N, out] their base projection. Returns y plus the deltas; with autograd
+// off, y is updated in place (when contiguous) and returned.
 torch::Tensor AddLoraDelta(const torch::Tensor& x, const torch::Tensor& y, int layer,
-                           LoraTarget target, const LoraRouting& lora);
+                           LoraTarget target, const LoraSegments& segs);
 
 }  // namespace marlaas::model

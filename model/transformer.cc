@@ -2,8 +2,6 @@
 
 #include <cmath>
 
-#include "model/lora_apply.h"
-
 namespace marlaas::model {
 
 Transformer::Transformer(std::shared_ptr<const BaseWeights> weights) : w_(std::move(weights)) {
@@ -32,7 +30,7 @@ torch::Tensor Transformer::RmsNorm(const torch::Tensor& x, const torch::Tensor& 
 }
 
 torch::Tensor Transformer::Project(const torch::Tensor& x, int layer, LoraTarget t,
-                                   const LoraRouting* lora) const {
+                                   const LoraSegments* lora) const {
   const LayerWeights& L = w_->layers[size_t(layer)];
   auto y = torch::matmul(x, L.proj[size_t(t)].t());
   if (w_->config.qkv_bias) {
@@ -44,12 +42,18 @@ torch::Tensor Transformer::Project(const torch::Tensor& x, int layer, LoraTarget
   return y;
 }
 
+torch::Tensor Transformer::Mlp(const torch::Tensor& x, int layer, const LoraSegments* lora) const {
+  auto m = RmsNorm(x, w_->layers[size_t(layer)].post_norm);
+  auto gate = Project(m, layer, LoraTarget::kGate, lora);
+  auto up = Project(m, layer, LoraTarget::kUp, lora);
+  return x + Project(torch::silu(gate) * up, layer, LoraTarget::kDown, lora);
+}
+
 torch::Tensor Transformer::Block(const torch::Tensor& x, int layer, const torch::Tensor& cos,
-                                 const torch::Tensor& sin, const LoraRouting* lora) const {
+                                 const torch::Tensor& sin, const LoraSegments* lora) const {
   const auto& c = w_->config;
-  const LayerWeights& L = w_->layers[size_t(layer)];
   const int64_t B = x.size(0), T = x.size(1), D = c.head_dim;
-  auto h = RmsNorm(x, L.input_norm);
+  auto h = RmsNorm(x, w_->layers[size_t(layer)].input_norm).reshape({B * T, -1});
   auto q = Project(h, layer, LoraTarget::kQ, lora).view({B, T, c.num_heads, D}).transpose(1, 2);
   auto k = Project(h, layer, LoraTarget::kK, lora).view({B, T, c.num_kv_heads, D}).transpose(1, 2);
   auto v = Project(h, layer, LoraTarget::kV, lora).view({B, T, c.num_kv_heads, D}).transpose(1, 2);
@@ -64,12 +68,9 @@ torch::Tensor Transformer::Block(const torch::Tensor& x, int layer, const torch:
   auto causal = torch::ones({T, T}, torch::kBool).triu(1);
   scores = scores.masked_fill(causal, -std::numeric_limits<float>::infinity());
   auto attn = torch::matmul(torch::softmax(scores, -1), v);  // [B, H, T, D]
-  attn = attn.transpose(1, 2).reshape({B, T, c.num_heads * D});
-  auto x2 = x + Project(attn, layer, LoraTarget::kO, lora);
-  auto m = RmsNorm(x2, L.post_norm);
-  auto gate = Project(m, layer, LoraTarget::kGate, lora);
-  auto up = Project(m, layer, LoraTarget::kUp, lora);
-  return x2 + Project(torch::silu(gate) * up, layer, LoraTarget::kDown, lora);
+  attn = attn.transpose(1, 2).reshape({B * T, c.num_heads * D});
+  auto x2 = x.reshape({B * T, -1}) + Project(attn, layer, LoraTarget::kO, lora);
+  return Mlp(x2, layer, lora).view({B, T, -1});
 }
 
 torch::Tensor Transformer::Hidden(const torch::Tensor& tokens, const LoraRouting* lora) const {
@@ -77,7 +78,14 @@ torch::Tensor Transformer::Hidden(const torch::Tensor& tokens, const LoraRouting
   const int64_t T = tokens.size(1);
   auto x = w_->embed.index_select(0, tokens.reshape({-1})).view({tokens.size(0), T, -1});
   auto [cos, sin] = Rope(torch::arange(T, torch::kInt64));
-  for (int l = 0; l < int(w_->layers.size()); ++l) x = Block(x, l, cos, sin, lora);
+  LoraSegments segs;
+  if (lora != nullptr) {
+    TORCH_CHECK(int64_t(lora->row_adapter.size()) == tokens.size(0), "one adapter per batch row");
+    segs = LoraSegments::Uniform(lora->adapters, lora->row_adapter, int32_t(T));
+  }
+  for (int l = 0; l < int(w_->layers.size()); ++l) {
+    x = Block(x, l, cos, sin, lora != nullptr ? &segs : nullptr);
+  }
   return RmsNorm(x, w_->final_norm);
 }
 

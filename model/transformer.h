@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "model/base_weights.h"
+#include "model/kv_cache.h"
 #include "model/lora_adapter.h"
+#include "model/lora_apply.h"
 #include "model/torch_pch.h"
 
 namespace marlaas::model {
@@ -33,16 +35,26 @@ class Transformer {
   // The final-norm hidden states [B, T, hidden]; logits = Hidden · lm_headᵀ.
   torch::Tensor Hidden(const torch::Tensor& tokens, const LoraRouting* lora = nullptr) const;
 
-  // x [B, T, in] through projection `t` of `layer`, plus bias and each row's LoRA delta.
+  // Incremental forward for generation (call with autograd off). Row b appends new_tokens[b]
+  // (int64 [t_b], t_b >= 1: a whole prompt when the sequence joins, one token per decode step)
+  // to the sequence whose cache is caches[b], attending to everything cached before it. Rows
+  // may mix prefill and decode and use different adapters (lora: one adapter index per row, may
+  // be null). Returns the logits of each row's last new token, [B, vocab].
+  torch::Tensor Step(const std::vector<torch::Tensor>& new_tokens,
+                     const std::vector<KvCache*>& caches, const LoraRouting* lora) const;
+
+  // x [N, in] rows through projection `t` of `layer`, plus bias and each row's LoRA delta.
   torch::Tensor Project(const torch::Tensor& x, int layer, LoraTarget t,
-                        const LoraRouting* lora) const;
+                        const LoraSegments* lora) const;
   // cos and sin tables [T, head_dim] for the given positions (int64 [T]).
   std::pair<torch::Tensor, torch::Tensor> Rope(const torch::Tensor& positions) const;
 
  private:
   torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const;
   torch::Tensor Block(const torch::Tensor& x, int layer, const torch::Tensor& cos,
-                      const torch::Tensor& sin, const LoraRouting* lora) const;
+                      const torch::Tensor& sin, const LoraSegments* lora) const;
+  // The MLP half of a block on rows [N, hidden]: x + down(silu(gate) * up) of the post-norm.
+  torch::Tensor Mlp(const torch::Tensor& x, int layer, const LoraSegments* lora) const;
 
   std::shared_ptr<const BaseWeights> w_;
   torch::Tensor inv_freq_;  // [head_dim / 2]

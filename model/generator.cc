@@ -1,0 +1,59 @@
+#include "model/generator.h"
+
+#include <algorithm>
+
+namespace marlaas::model {
+
+void Generator::Add(GenerationRequest request) {
+  TORCH_CHECK(!request.prompt.empty(), "a generation request needs a prompt");
+  auto seq = std::unique_ptr<Sequence>(new Sequence{std::move(request), KvCache(model_.config()),
+                                                    SamplerRng(0), GenerationResult{}, false});
+  seq->rng = SamplerRng(seq->req.seed);
+  seq->result.id = seq->req.id;
+  seqs_.push_back(std::move(seq));
+}
+
+std::vector<GenerationResult> Generator::Step() {
+  std::vector<GenerationResult> done;
+  if (seqs_.empty()) return done;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> inputs;
+  std::vector<KvCache*> caches;
+  LoraRouting routing;
+  for (auto& s : seqs_) {
+    const std::vector<int32_t>& in =
+        s->prefilled ? std::vector<int32_t>{s->result.tokens.back()} : s->req.prompt;
+    inputs.push_back(torch::tensor(std::vector<int64_t>(in.begin(), in.end()), torch::kInt64));
+    caches.push_back(&s->cache);
+    int32_t index = -1;
+    if (s->req.adapter) {
+      auto it = std::find(routing.adapters.begin(), routing.adapters.end(), s->req.adapter.get());
+      index = int32_t(it - routing.adapters.begin());
+      if (it == routing.adapters.end()) routing.adapters.push_back(s->req.adapter.get());
+    }
+    routing.row_adapter.push_back(index);
+  }
+  auto logits = model_.Step(inputs, caches, &routing).contiguous();
+  const int32_t vocab = int32_t(logits.size(1));
+  std::vector<std::unique_ptr<Sequence>> still;
+  for (size_t b = 0; b < seqs_.size(); ++b) {
+    Sequence& s = *seqs_[b];
+    s.prefilled = true;
+    const Sampled pick =
+        SampleToken(logits[int64_t(b)].data_ptr<float>(), vocab, s.req.sampling, &s.rng);
+    s.result.tokens.push_back(pick.token);
+    s.result.logprobs.push_back(pick.logprob);
+    const bool stop = std::find(s.req.stop_tokens.begin(), s.req.stop_tokens.end(), pick.token) !=
+                      s.req.stop_tokens.end();
+    if (stop || int32_t(s.result.tokens.size()) >= s.req.max_new_tokens) {
+      s.result.hit_stop = stop;
+      done.push_back(std::move(s.result));
+    } else {
+      still.push_back(std::move(seqs_[b]));
+    }
+  }
+  seqs_ = std::move(still);
+  return done;
+}
+
+}  // namespace marlaas::model

@@ -1,0 +1,57 @@
+// Generator: continuous batching over one Transformer. Sequences (each with its own adapter,
+// sampling parameters and seed) join and leave between steps; each Step prefills the sequences
+// that joined and decodes one token for the others, all in one packed forward. A sequence keeps
+// the adapter object it started with, so publishing a tenant's new adapter affects only that
+// tenant's later sequences: no global pause. One thread drives a Generator.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/kv_cache.h"
+#include "model/sampler.h"
+#include "model/transformer.h"
+
+namespace marlaas::model {
+
+struct GenerationRequest {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt;                 // at least one token
+  std::shared_ptr<const LoraAdapter> adapter;  // null: base model
+  SamplingParams sampling;
+  uint64_t seed = 0;
+  int32_t max_new_tokens = 64;
+  std::vector<int32_t> stop_tokens;  // generation ends after emitting one of these
+};
+
+struct GenerationResult {
+  uint64_t id = 0;
+  std::vector<int32_t> tokens;  // generated (stop token included)
+  std::vector<float> logprobs;  // behaviour log-prob of each generated token
+  bool hit_stop = false;        // false: reached max_new_tokens
+};
+
+class Generator {
+ public:
+  explicit Generator(const Transformer& model) : model_(model) {}
+
+  // The sequence joins the batch at the next Step.
+  void Add(GenerationRequest request);
+  // Advances every active sequence by one token; returns those that finished.
+  std::vector<GenerationResult> Step();
+  size_t active() const { return seqs_.size(); }
+
+ private:
+  struct Sequence {
+    GenerationRequest req;
+    KvCache cache;
+    SamplerRng rng;
+    GenerationResult result;
+    bool prefilled = false;
+  };
+  const Transformer& model_;
+  std::vector<std::unique_ptr<Sequence>> seqs_;
+};
+
+}  // namespace marlaas::model

@@ -1,0 +1,60 @@
+#include "model/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+namespace marlaas::model {
+
+Sampled SampleToken(const float* logits, int32_t vocab, const SamplingParams& p, SamplerRng* rng) {
+  const double inv_t = p.greedy ? 1.0 : 1.0 / double(p.temperature);
+  double m = -INFINITY;
+  int32_t argmax = 0;
+  for (int32_t v = 0; v < vocab; ++v) {
+    if (logits[v] > m) {
+      m = logits[v];
+      argmax = v;
+    }
+  }
+  std::vector<double> prob(static_cast<size_t>(vocab));
+  double sum = 0;
+  for (int32_t v = 0; v < vocab; ++v) sum += prob[size_t(v)] = std::exp((logits[v] - m) * inv_t);
+  const double log_z = std::log(sum);
+  auto logprob = [&](int32_t v) { return float((logits[v] - m) * inv_t - log_z); };
+  if (p.greedy) return {argmax, logprob(argmax)};
+
+  // Candidate set after top-k and top-p, in descending probability (ties by token id, so the
+  // order — and the sample — is deterministic).
+  std::vector<int32_t> order(static_cast<size_t>(vocab));
+  std::iota(order.begin(), order.end(), 0);
+  const bool truncate = (p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.0f;
+  size_t keep = order.size();
+  if (truncate) {
+    auto by_prob = [&](int32_t a, int32_t b) {
+      return prob[size_t(a)] != prob[size_t(b)] ? prob[size_t(a)] > prob[size_t(b)] : a < b;
+    };
+    std::sort(order.begin(), order.end(), by_prob);
+    if (p.top_k > 0) keep = std::min(keep, size_t(p.top_k));
+    if (p.top_p < 1.0f) {
+      double cum = 0;
+      for (size_t i = 0; i < keep; ++i) {
+        cum += prob[size_t(order[i])] / sum;
+        if (cum >= double(p.top_p)) {
+          keep = i + 1;
+          break;
+        }
+      }
+    }
+  }
+  double mass = 0;
+  for (size_t i = 0; i < keep; ++i) mass += prob[size_t(order[i])];
+  double u = rng->Uniform() * mass;
+  for (size_t i = 0; i < keep; ++i) {
+    u -= prob[size_t(order[i])];
+    if (u <= 0) return {order[i], logprob(order[i])};
+  }
+  return {order[keep - 1], logprob(order[keep - 1])};  // rounding left a sliver of mass
+}
+
+}  // namespace marlaas::model

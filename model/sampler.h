@@ -1,0 +1,42 @@
+// Sampling one token per row from logits, each row with its own parameters and its own random
+// stream, so what a sequence samples never depends on which other sequences share its batch.
+//
+// Behaviour log-prob (what the trainer's importance ratio divides by): the log-probability of
+// the sampled token under softmax(logits / temperature) over the whole vocabulary, i.e. the
+// temperature-scaled policy before top-k/top-p truncation (kernels/logprob_ops.h computes the
+// same function). With top_k = 0 and top_p = 1 (the defaults) it is exactly the distribution
+// sampled from. Greedy rows record the log-prob at temperature 1.
+#pragma once
+
+#include <cstdint>
+#include <random>
+
+namespace marlaas::model {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // > 0
+  float top_p = 1.0f;        // (0, 1]
+  int32_t top_k = 0;         // 0: off
+  bool greedy = false;       // argmax (evaluation)
+};
+
+// A row's random stream: a 64-bit generator seeded per sequence.
+class SamplerRng {
+ public:
+  explicit SamplerRng(uint64_t seed) : gen_(seed) {}
+  double Uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(gen_); }
+
+ private:
+  std::mt19937_64 gen_;
+};
+
+struct Sampled {
+  int32_t token;
+  float logprob;  // behaviour log-prob, as defined above
+};
+
+// Samples from one row of `vocab` logits.
+Sampled SampleToken(const float* logits, int32_t vocab, const SamplingParams& params,
+                    SamplerRng* rng);
+
+}  // namespace marlaas::model
