@@ -1,6 +1,7 @@
 // Multi-LoRA ops on the CPU: y = x·Aᵀ (shrink) and out += scale·y·Bᵀ (expand), with a different
 // adapter per row (BGMV, decode) or per contiguous row segment (SGMV, prefill). A is PEFT's
-// lora_A.weight [rank × in_dim] and B its lora_B.weight [out_dim × rank], row-major f32. An
+// lora_A.weight [rank × in_dim]; bt is PEFT's lora_B.weight transposed, [rank × out_dim], so the
+// expand is `rank` contiguous axpys per row; row-major f32. An
 // adapter index < 0 means "base only": the row is left untouched. These functions assume their
 // inputs are valid (the model's LoRA layer checks shapes once per batch); they are pure, and
 // thread-safe on disjoint outputs. The plain reference versions live in lora_reference.h.
@@ -11,10 +12,10 @@
 namespace marlaas::kernels {
 
 struct AdapterRef {
-  const float* a = nullptr;  // [rank × in_dim]
-  const float* b = nullptr;  // [out_dim × rank]
-  int32_t rank = 0;          // 1..kMaxLoraRank
-  float scale = 0;           // alpha / rank
+  const float* a = nullptr;   // [rank × in_dim]
+  const float* bt = nullptr;  // [rank × out_dim] (Bᵀ)
+  int32_t rank = 0;           // 1..kMaxLoraRank
+  float scale = 0;            // alpha / rank
 };
 
 inline constexpr int32_t kMaxLoraRank = 64;

@@ -20,7 +20,7 @@ void ExpandRow(const LoraProblem& p, const AdapterRef& ad, int32_t i, const floa
   for (int32_t o = 0; o < p.out_dim; ++o) {
     double s = 0;
     for (int32_t r = 0; r < ad.rank; ++r) {
-      s += double(y[int64_t(i) * p.y_stride + r]) * double(ad.b[int64_t(o) * ad.rank + r]);
+      s += double(y[int64_t(i) * p.y_stride + r]) * double(ad.bt[int64_t(r) * p.out_dim + o]);
     }
     out[int64_t(i) * p.out_stride + o] += float(double(ad.scale) * s);
   }

@@ -122,6 +122,36 @@ Result<std::shared_ptr<const BaseWeights>> BaseWeights::Load(const std::string& 
   return std::shared_ptr<const BaseWeights>(std::move(w));
 }
 
+std::shared_ptr<BaseWeights> BaseWeights::Random(const ModelConfig& c, uint64_t seed,
+                                                 float init_std) {
+  auto gen = at::detail::createCPUGenerator(seed);
+  auto normal = [&](std::vector<int64_t> shape) {
+    return torch::empty(shape).normal_(0, init_std, gen);
+  };
+  auto w = std::make_shared<BaseWeights>();
+  w->config = c;
+  const int64_t h = c.hidden_size, q = int64_t(c.num_heads) * c.head_dim,
+                kv = int64_t(c.num_kv_heads) * c.head_dim, ff = c.intermediate_size;
+  w->embed = normal({c.vocab_size, h});
+  w->final_norm = torch::ones({h});
+  w->lm_head = c.tie_word_embeddings ? w->embed : normal({c.vocab_size, h});
+  const std::vector<int64_t> shapes[kNumLoraTargets] = {{q, h},  {kv, h}, {kv, h}, {h, q},
+                                                        {ff, h}, {ff, h}, {h, ff}};
+  for (int i = 0; i < c.num_layers; ++i) {
+    LayerWeights L;
+    L.input_norm = torch::ones({h});
+    L.post_norm = torch::ones({h});
+    for (int t = 0; t < kNumLoraTargets; ++t) L.proj[size_t(t)] = normal(shapes[t]);
+    if (c.qkv_bias) {
+      L.q_bias = torch::zeros({q});
+      L.k_bias = torch::zeros({kv});
+      L.v_bias = torch::zeros({kv});
+    }
+    w->layers.push_back(std::move(L));
+  }
+  return w;
+}
+
 std::map<std::string, torch::Tensor> BaseWeights::NamedTensors() const {
   std::map<std::string, torch::Tensor> out;
   out["model.embed_tokens.weight"] = embed;

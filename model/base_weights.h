@@ -35,6 +35,10 @@ struct BaseWeights {
   std::vector<std::shared_ptr<const SafetensorsFile>> files;  // keep the mappings alive
 
   static Result<std::shared_ptr<const BaseWeights>> Load(const std::string& model_dir);
+  // Fresh weights: projections and embeddings ~ N(0, init_std), norms = 1, biases = 0.
+  // Deterministic for a seed. For benchmarks, tests and the start of pretraining.
+  static std::shared_ptr<BaseWeights> Random(const ModelConfig& config, uint64_t seed,
+                                             float init_std = 0.02f);
   // Input and output width of projection `t` (what a LoRA on it must match).
   int64_t InDim(LoraTarget t) const;
   int64_t OutDim(LoraTarget t) const;

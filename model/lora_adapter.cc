@@ -43,10 +43,10 @@ torch::Tensor LoraAdapter::A(int layer, LoraTarget t) const {
       .view({int64_t(layout_.rank), in});
 }
 
-torch::Tensor LoraAdapter::B(int layer, LoraTarget t) const {
+torch::Tensor LoraAdapter::BT(int layer, LoraTarget t) const {
   const int64_t out = layout_.out_dim[int(t)];
   return flat_.narrow(0, int64_t(layout_.OffsetOfB(uint32_t(layer), t)), out * layout_.rank)
-      .view({out, int64_t(layout_.rank)});
+      .view({int64_t(layout_.rank), out});
 }
 
 Result<LoraAdapter> LoraAdapter::Create(const BaseWeights& base, uint32_t rank, float alpha,

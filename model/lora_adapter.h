@@ -33,9 +33,18 @@ class LoraAdapter {
   bool has(LoraTarget t) const { return layout_.has(t); }
   torch::Tensor& flat() { return flat_; }
   const torch::Tensor& flat() const { return flat_; }
-  // [rank, in] and [out, rank] views of `flat`. REQUIRES: has(t).
+  // Views of `flat`: A [rank, in]; Bᵀ [rank, out] as stored; B [out, rank] (= BT().t(), not
+  // contiguous). REQUIRES: has(t).
   torch::Tensor A(int layer, LoraTarget t) const;
-  torch::Tensor B(int layer, LoraTarget t) const;
+  torch::Tensor BT(int layer, LoraTarget t) const;
+  torch::Tensor B(int layer, LoraTarget t) const { return BT(layer, t).t(); }
+  // Raw pointers to the same data, for the kernels (no tensor ops on the hot path).
+  const float* APtr(int layer, LoraTarget t) const {
+    return flat_.data_ptr<float>() + layout_.OffsetOfA(uint32_t(layer), t);
+  }
+  const float* BTPtr(int layer, LoraTarget t) const {
+    return flat_.data_ptr<float>() + layout_.OffsetOfB(uint32_t(layer), t);
+  }
 
  private:
   AdapterLayout layout_;

@@ -21,7 +21,7 @@ torch::Tensor WithAutograd(const torch::Tensor& x, const torch::Tensor& y, int l
       const LoraAdapter* ad = segs.adapters[size_t(segs.adapter[s])];
       auto xs = x.narrow(0, begin, len);
       ys = ys +
-           torch::matmul(torch::matmul(xs, ad->A(layer, t).t()), ad->B(layer, t).t()) * ad->scale();
+           torch::matmul(torch::matmul(xs, ad->A(layer, t).t()), ad->BT(layer, t)) * ad->scale();
     }
     pieces.push_back(ys);
   }
@@ -41,8 +41,7 @@ torch::Tensor WithKernels(const torch::Tensor& x, const torch::Tensor& y, int la
     if (!Uses(segs, s, t)) continue;
     const size_t k = size_t(segs.adapter[s]);
     const LoraAdapter* ad = segs.adapters[k];
-    refs[k] = {ad->A(layer, t).data_ptr<float>(), ad->B(layer, t).data_ptr<float>(),
-               int32_t(ad->layout().rank), ad->scale()};
+    refs[k] = {ad->APtr(layer, t), ad->BTPtr(layer, t), int32_t(ad->layout().rank), ad->scale()};
     max_rank = std::max(max_rank, refs[k].rank);
     seg_adapter[s] = int32_t(k);
   }

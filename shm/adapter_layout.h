@@ -1,7 +1,9 @@
 // AdapterLayout: the shape of one tenant's LoRA adapter as the adapter store and every stage see
 // it. An adapter is one flat buffer: for each layer, for each adapted target module in
-// LoraTarget order, A [rank x in_dim] then B [out_dim x rank], row-major. One flat buffer is what
-// lets a swap be one copy and a cross-GPU update one broadcast. Plain value type.
+// LoraTarget order, A [rank x in_dim] then Bᵀ [rank x out_dim], row-major. One flat buffer is what
+// lets a swap be one copy and a cross-GPU update one broadcast. B is stored transposed, Bᵀ
+// [rank x out_dim], so the expand step of the multi-LoRA kernels streams contiguous rows (PEFT
+// import/export transposes). Plain value type.
 #pragma once
 
 #include <cstdint>

@@ -36,7 +36,7 @@ Case MakeCase(std::mt19937& rng, int rows, int in_dim, int out_dim, int num_adap
     const int rank = 1 + int(rng() % kMaxLoraRank);  // ranks differ within one batch
     max_rank = std::max(max_rank, rank);
     c.a[size_t(k)] = Random(rng, size_t(rank) * size_t(in_dim));
-    c.b[size_t(k)] = Random(rng, size_t(out_dim) * size_t(rank));
+    c.b[size_t(k)] = Random(rng, size_t(rank) * size_t(out_dim));  // Bᵀ
     c.adapters.push_back(
         AdapterRef{c.a[size_t(k)].data(), c.b[size_t(k)].data(), rank, 0.5f + float(rng() % 8)});
   }
@@ -121,7 +121,7 @@ TEST(LoraOpsTest, ShrinkThenExpandEqualsTheMergedWeightUpdate) {
       double delta = 0;
       for (int j = 0; j < 37; ++j) {
         double w = 0;
-        for (int r = 0; r < ad.rank; ++r) w += double(ad.b[o * ad.rank + r]) * ad.a[r * 37 + j];
+        for (int r = 0; r < ad.rank; ++r) w += double(ad.bt[r * 29 + o]) * ad.a[r * 37 + j];
         delta += ad.scale * w * c.x[size_t(i) * size_t(c.p.x_stride) + size_t(j)];
       }
       const size_t at = size_t(i) * size_t(c.p.out_stride) + size_t(o);
