@@ -6,9 +6,10 @@ Needs torch, transformers, peft and tokenizers from PyPI (not needed to build or
     /tmp/fixenv/bin/python tests/data/make_fixtures.py
 
 What it writes, all from peers nobody here wrote:
-  tokenizer/tokenizer.json   a byte-level BPE trained by `tokenizers` (GPT-2/Qwen2-style regex
-                             pre-tokenizer, merges, added and special tokens)
-  tokenizer/expected.json    texts and the ids that tokenizer gives them
+  tokenizer/tokenizer.json   a byte-level BPE trained by `tokenizers` (Qwen2-style regex
+                             pre-tokenizer, merges, added and special tokens); gpt2.json and
+                             llama3.json the same with GPT-2's and Llama-3's pre-tokenizers
+  tokenizer/expected.json    per file: texts and the ids `tokenizers` gives them
   llama/                     tiny random LlamaForCausalLM (weights ~N(0, 0.2): large enough that
                              attention is far from uniform, so RoPE or masking errors show): config.json, model.safetensors (f32),
                              lora/ (a PEFT LoRA adapter on all seven modules), expected.safetensors
@@ -49,20 +50,29 @@ TEXTS = [
     "They'll say it's 12345 + 678 = 13023. DON'T PANIC!!",
     "   spaces   and\n\n\nnewlines \r\n",
     "<|im_start|>user\nWhat is 2+2?<|im_end|>",
+    "Numbers 1234567 and 3.14159, hex 0xFF; I'M SURE 'TIS FINE",
+    "tabs\t\tand  double  spaces\n\n  indented\n",
     "Привет мир, こんにちは, ∑∫√ ≤≥",
 ]
 
 
-def make_tokenizer(out_dir):
-    tok = Tokenizer(models.BPE())
-    # Qwen2's pre-tokenizer: split on its regex, then map bytes to the GPT-2 byte alphabet.
-    qwen_regex = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"
-                  r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(pattern=__import__("tokenizers").Regex(qwen_regex),
-                             behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"
+               r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+"
+                r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def train_tokenizer(style):
+    from tokenizers import Regex
+    tok = Tokenizer(models.BPE(ignore_merges=(style == "llama3")))
+    if style == "gpt2":  # the GPT-2 regex inside ByteLevel itself
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    else:  # Qwen2 / Llama-3: a Split on their regex, then ByteLevel without a regex
+        regex = QWEN2_REGEX if style == "qwen2" else LLAMA3_REGEX
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(pattern=Regex(regex), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
@@ -71,12 +81,23 @@ def make_tokenizer(out_dir):
         special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
     tok.train_from_iterator(CORPUS, trainer=trainer)
     tok.add_tokens(["<tool>", "</tool>"])  # added (non-special) tokens
+    return tok
+
+
+def make_tokenizer(out_dir):
+    """tokenizer.json is the Qwen2-style one the models use; gpt2.json and llama3.json cover the
+    other two pre-tokenizer patterns."""
     os.makedirs(out_dir, exist_ok=True)
-    tok.save(os.path.join(out_dir, "tokenizer.json"))
-    expected = [{"text": t, "ids": tok.encode(t).ids} for t in TEXTS]
+    expected = {}
+    for style, name in (("qwen2", "tokenizer.json"), ("gpt2", "gpt2.json"), ("llama3", "llama3.json")):
+        tok = train_tokenizer(style)
+        tok.save(os.path.join(out_dir, name))
+        expected[name] = [{"text": t, "ids": tok.encode(t).ids} for t in TEXTS]
+        if style == "qwen2":
+            vocab = tok.get_vocab_size()
     with open(os.path.join(out_dir, "expected.json"), "w", encoding="utf-8") as f:
         json.dump(expected, f, ensure_ascii=False, indent=1)
-    return tok.get_vocab_size()
+    return vocab
 
 
 def input_ids(vocab):
