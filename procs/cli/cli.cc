@@ -14,6 +14,8 @@ const std::vector<Command>& Commands() {
       {"clean", "[--instance NAME] [--dry-run]",
        "remove shared-memory segments whose creating process has exited", RunClean},
       {"gpus", "", "list the CUDA devices this build can use, or say why there are none", RunGpus},
+      {"pretrain", "--out DIR [--seed N] [--steps N]",
+       "train the built-in tiny base model (cached) and report its exact-match rate", RunPretrain},
   };
   return kCommands;
 }
@@ -23,7 +25,7 @@ static void PrintHelp(FILE* out) {
                "usage: marlaas COMMAND [ARGS]\n\n"
                "Multi-tenant asynchronous RL fine-tuning as a service.\n\ncommands:\n");
   for (const Command& c : Commands()) {
-    std::fprintf(out, "  %-9s %-32s %s\n", c.name, c.args, c.summary);
+    std::fprintf(out, "  %-9s %-34s %s\n", c.name, c.args, c.summary);
   }
   std::fprintf(out, "\n`marlaas COMMAND --help` shows one command's usage.\n");
 }

@@ -23,6 +23,7 @@ int RunSegments(const std::vector<std::string>& args);
 int RunClean(const std::vector<std::string>& args);
 int RunValidate(const std::vector<std::string>& args);
 int RunGpus(const std::vector<std::string>& args);
+int RunPretrain(const std::vector<std::string>& args);
 
 // Small argument helper: removes "--name VALUE" from args; returns false if absent.
 bool TakeFlag(std::vector<std::string>* args, const std::string& name, std::string* value);
