@@ -46,9 +46,9 @@ double LearningRate(const PretrainOptions& o, int step) {
 }  // namespace
 
 const std::vector<std::string>& TinySpecialTokens() {
-  static const std::vector<std::string> kSpecials = {
-      "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool>", "</tool>", "<result>", "</result>",
-      "<|pad|>"};
+  static const std::vector<std::string> kSpecials = {"<|endoftext|>", "<|im_start|>", "<|im_end|>",
+                                                     "<tool>",        "</tool>",      "<result>",
+                                                     "</result>",     "<|pad|>"};
   return kSpecials;
 }
 
@@ -73,7 +73,8 @@ ModelConfig TinyConfig() {
 Result<PretrainReport> Pretrain(const PretrainOptions& o, const std::vector<std::string>& corpus) {
   MARLAAS_RETURN_IF_ERROR(o.config.Validate());
   if (o.steps < 1 || o.batch < 1 || o.seq_len < 2) {
-    return Status(StatusCode::kInvalidArgument, "pretrain needs steps, batch >= 1 and seq_len >= 2");
+    return Status(StatusCode::kInvalidArgument,
+                  "pretrain needs steps, batch >= 1 and seq_len >= 2");
   }
   const std::string fingerprint = Fingerprint(o, corpus);
   PretrainReport report;
@@ -99,7 +100,8 @@ Result<PretrainReport> Pretrain(const PretrainOptions& o, const std::vector<std:
     return Status(StatusCode::kInvalidArgument, "pretraining corpus is shorter than one sequence");
   }
   if (tok.vocab_size() > o.config.vocab_size) {
-    return Status(StatusCode::kInvalidArgument, "config vocab_size is smaller than the tokenizer's");
+    return Status(StatusCode::kInvalidArgument,
+                  "config vocab_size is smaller than the tokenizer's");
   }
   torch::manual_seed(o.seed);
   auto weights = BaseWeights::Random(o.config, o.seed, 0.02f);
@@ -109,8 +111,8 @@ Result<PretrainReport> Pretrain(const PretrainOptions& o, const std::vector<std:
     params.push_back(t);
   }
   Transformer model(weights);
-  torch::optim::AdamW opt(params,
-                          torch::optim::AdamWOptions(o.learning_rate).betas({0.9, 0.95}).weight_decay(0.01));
+  torch::optim::AdamW opt(
+      params, torch::optim::AdamWOptions(o.learning_rate).betas({0.9, 0.95}).weight_decay(0.01));
   std::mt19937_64 rng(o.seed ^ 0xda7a5eedULL);
   std::uniform_int_distribution<int64_t> start(0, int64_t(stream.size()) - o.seq_len - 1);
   auto stream_t = torch::tensor(stream, torch::kInt64);
@@ -130,14 +132,16 @@ Result<PretrainReport> Pretrain(const PretrainOptions& o, const std::vector<std:
     }
     opt.zero_grad();
     auto logits = model.Forward(x);
-    auto loss = torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}), y.view({-1}));
+    auto loss =
+        torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}), y.view({-1}));
     loss.backward();
     torch::nn::utils::clip_grad_norm_(params, 1.0);
     opt.step();
     const float l = loss.item<float>();
     if (step < window) loss_first += l / window;
     if (step >= o.steps - window) loss_last += l / window;
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (o.on_progress && (step % 5 == 4 || step + 1 == o.steps)) {
       o.on_progress({step + 1, o.steps, l, double(step + 1) * o.batch * o.seq_len / secs});
     }
@@ -158,15 +162,21 @@ Result<PretrainReport> Pretrain(const PretrainOptions& o, const std::vector<std:
   MARLAAS_RETURN_IF_ERROR(SaveTensors(tmp + "/model.safetensors", tensors, {{"format", "pt"}}));
   MARLAAS_RETURN_IF_ERROR(WriteFileAtomically(tmp + "/config.json", o.config.ToJson()));
   MARLAAS_RETURN_IF_ERROR(WriteFileAtomically(tmp + "/tokenizer.json", tokenizer_json));
-  json meta = {{"fingerprint", fingerprint}, {"seed", o.seed}, {"steps", o.steps},
-               {"first_loss", report.first_loss}, {"final_loss", report.final_loss},
-               {"seconds", report.seconds}, {"tokens_per_s", report.tokens_per_s},
-               {"documents", corpus.size()}, {"tokens", stream.size()}};
+  json meta = {{"fingerprint", fingerprint},
+               {"seed", o.seed},
+               {"steps", o.steps},
+               {"first_loss", report.first_loss},
+               {"final_loss", report.final_loss},
+               {"seconds", report.seconds},
+               {"tokens_per_s", report.tokens_per_s},
+               {"documents", corpus.size()},
+               {"tokens", stream.size()}};
   MARLAAS_RETURN_IF_ERROR(WriteFileAtomically(tmp + "/marlaas_pretrain.json", meta.dump(2) + "\n"));
   fs::remove_all(o.out_dir, ec);
   fs::create_directories(fs::path(o.out_dir).parent_path(), ec);
   fs::rename(tmp, o.out_dir, ec);
-  if (ec) return Status(StatusCode::kIo, "cannot move " + tmp + " to " + o.out_dir + ": " + ec.message());
+  if (ec)
+    return Status(StatusCode::kIo, "cannot move " + tmp + " to " + o.out_dir + ": " + ec.message());
   return report;
 }
 

@@ -14,8 +14,8 @@ class TokenLogprobsFn : public torch::autograd::Function<TokenLogprobsFn> {
     TORCH_CHECK(targets.dim() == 1 && targets.size(0) == logits.size(0), "one target per row");
     auto l = logits.contiguous();
     auto t = targets.to(torch::kInt32).contiguous();
-    TORCH_CHECK(t.numel() == 0 || (t.min().item<int32_t>() >= 0 &&
-                                   t.max().item<int32_t>() < int32_t(l.size(1))),
+    TORCH_CHECK(t.numel() == 0 ||
+                    (t.min().item<int32_t>() >= 0 && t.max().item<int32_t>() < int32_t(l.size(1))),
                 "target token out of range");
     auto out = torch::empty({l.size(0)});
     auto lse = torch::empty({l.size(0)});

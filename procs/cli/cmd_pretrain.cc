@@ -16,8 +16,9 @@ namespace {
 void ProgressBar(const model::PretrainProgress& p) {
   const int width = 30, filled = p.step * width / p.steps;
   std::fprintf(stderr, "\r[%s%s] step %d/%d  loss %.3f  %.0f tokens/s ",
-               std::string(size_t(filled), '#').c_str(), std::string(size_t(width - filled), '.').c_str(),
-               p.step, p.steps, double(p.loss), p.tokens_per_s);
+               std::string(size_t(filled), '#').c_str(),
+               std::string(size_t(width - filled), '.').c_str(), p.step, p.steps, double(p.loss),
+               p.tokens_per_s);
   if (p.step == p.steps) std::fprintf(stderr, "\n");
 }
 
@@ -33,7 +34,8 @@ int RunPretrain(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
   std::string out, seed_s = "0", steps_s, threads_s = "0";
   if (!TakeFlag(&args, "--out", &out)) {
-    std::fprintf(stderr, "usage: marlaas pretrain --out DIR [--seed N] [--steps N] [--threads N]\n");
+    std::fprintf(stderr,
+                 "usage: marlaas pretrain --out DIR [--seed N] [--steps N] [--threads N]\n");
     return 2;
   }
   TakeFlag(&args, "--seed", &seed_s);

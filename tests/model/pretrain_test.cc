@@ -18,8 +18,9 @@ namespace {
 std::vector<std::string> Corpus() {
   std::vector<std::string> docs;
   for (int a = 0; a < 20; ++a) {
-    for (int b = 0; b < 20; ++b) docs.push_back("Q: " + std::to_string(a) + "+" + std::to_string(b) +
-                                                "=\nA: " + std::to_string(a + b) + "\n");
+    for (int b = 0; b < 20; ++b)
+      docs.push_back("Q: " + std::to_string(a) + "+" + std::to_string(b) +
+                     "=\nA: " + std::to_string(a + b) + "\n");
   }
   return docs;
 }
