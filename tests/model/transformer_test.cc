@@ -6,6 +6,7 @@
 
 #include <random>
 
+#include "base/file_util.h"
 #include "model/compute_threads.h"
 #include "model/tensor_io.h"
 
@@ -70,10 +71,45 @@ TEST(TransformerTest, Qwen2ShardedBf16LogitsMatchTransformers) {
   EXPECT_LT(MaxAbsDiff(model.Forward(expected->at("input_ids")), expected->at("logits")), 1e-4);
 }
 
+// f16 on disk: a checkpoint re-saved in f16 loads as the f32 weights rounded through f16.
+TEST(TransformerTest, F16CheckpointLoadsAsRoundedWeights) {
+  auto w = LoadOrDie(kData + "/llama");
+  ASSERT_TRUE(w);
+  const std::string dir = "/tmp/marlaas_f16_" + std::to_string(getpid());
+  ASSERT_EQ(system(("mkdir -p " + dir + " && cp " + kData + "/llama/config.json " + dir).c_str()),
+            0);
+  std::map<std::string, torch::Tensor> half;
+  for (const auto& [name, t] : w->NamedTensors()) half[name] = t.to(torch::kFloat16);
+  ASSERT_TRUE(SaveTensors(dir + "/model.safetensors", half).ok());
+  auto h = LoadOrDie(dir);
+  ASSERT_TRUE(h);
+  for (const auto& [name, t] : w->NamedTensors()) {
+    const auto loaded = h->NamedTensors().at(name);
+    EXPECT_EQ(loaded.scalar_type(), torch::kFloat32) << name;
+    EXPECT_TRUE(torch::equal(loaded, t.to(torch::kFloat16).to(torch::kFloat32))) << name;
+  }
+  ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
+}
+
 TEST(TransformerTest, MissingOrMisshapenCheckpointsAreRefusedByName) {
   auto none = BaseWeights::Load("/nonexistent");
   EXPECT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("/nonexistent"), std::string::npos);
+  // A config whose hidden size disagrees with the tensors: the tensor and both shapes are named.
+  const std::string dir = "/tmp/marlaas_badcfg_" + std::to_string(getpid());
+  ASSERT_EQ(
+      system(("mkdir -p " + dir + " && cp " + kData + "/llama/model.safetensors " + dir).c_str()),
+      0);
+  auto cfg = *ModelConfig::Load(kData + "/llama");
+  cfg.intermediate_size += 1;
+  ASSERT_TRUE(WriteFileAtomically(dir + "/config.json", cfg.ToJson()).ok());
+  auto bad = BaseWeights::Load(dir);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(
+                "gate_proj.weight' has shape [64,32], config.json implies [65,32]"),
+            std::string::npos)
+      << bad.status().message();
+  ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
 }
 
 // Random adapters (different ranks and targets) with non-zero B on the llama fixture.
