@@ -153,18 +153,9 @@ class Bench {
 };
 
 int Run(int argc, char** argv) {
-  std::string json_path;
-  bool quick = false;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) {
-      json_path = argv[++i];
-    } else if (!std::strcmp(argv[i], "--quick")) {
-      quick = true;
-    } else {
-      std::fprintf(stderr, "usage: bench_lora [--json FILE] [--quick]\n");
-      return 2;
-    }
-  }
+  BenchArgs args;
+  if (!ParseBenchArgs(argc, argv, "bench_lora [--json FILE] [--quick]", &args)) return 2;
+  const bool quick = args.quick;
   model::SetComputeThreads(1);
   torch::manual_seed(0);
   const model::ModelConfig config = BenchConfig();
@@ -200,25 +191,13 @@ int Run(int argc, char** argv) {
       {"decode, 32 tenants: multi_lora / base_only",
        find("decode", "multi_lora", 32) / find("decode", "base_only", 32), 0.8, true},
   };
-  const int missed = PrintTargets(targets, stdout);
-  if (!json_path.empty()) {
-    FILE* f = std::fopen(json_path.c_str(), "w");
-    if (f == nullptr) {
-      std::perror(json_path.c_str());
-      return 1;
-    }
-    std::fprintf(f, "{\"results\":[");
-    for (size_t i = 0; i < rows.size(); ++i) {
-      std::fprintf(f, "%s\n{\"phase\":\"%s\",\"mode\":\"%s\",\"tenants\":%d,\"tokens_per_s\":%s}",
-                   i ? "," : "", rows[i].phase.c_str(), rows[i].mode.c_str(), rows[i].tenants,
-                   JsonNumber(rows[i].tokens_per_s).c_str());
-    }
-    std::fprintf(f, "],\n%s,\"quick\":%s}\n", TargetsJson(targets).c_str(),
-                 quick ? "true" : "false");
-    std::fclose(f);
+  std::vector<std::string> objects;
+  for (const Row& r : rows) {
+    objects.push_back("{\"phase\":\"" + r.phase + "\",\"mode\":\"" + r.mode +
+                      "\",\"tenants\":" + std::to_string(r.tenants) +
+                      ",\"tokens_per_s\":" + JsonNumber(r.tokens_per_s) + "}");
   }
-  if (quick) return 0;
-  return missed == 0 ? 0 : 1;
+  return FinishBench(args, objects, targets);
 }
 
 }  // namespace

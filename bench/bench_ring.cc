@@ -162,18 +162,9 @@ std::string SizeName(size_t s) {
 }
 
 int Run(int argc, char** argv) {
-  std::string json_path;
-  bool quick = false;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) {
-      json_path = argv[++i];
-    } else if (!std::strcmp(argv[i], "--quick")) {
-      quick = true;
-    } else {
-      std::fprintf(stderr, "usage: bench_ring [--json FILE] [--quick]\n");
-      return 2;
-    }
-  }
+  BenchArgs args;
+  if (!ParseBenchArgs(argc, argv, "bench_ring [--json FILE] [--quick]", &args)) return 2;
+  const bool quick = args.quick;
   std::vector<Row> rows;
   for (size_t size : kSizes) {
     for (const std::string& kind : kTransports) {
@@ -219,30 +210,14 @@ int Run(int argc, char** argv) {
       {"ring ping-pong 64 B one-way p99 (us)", ring64->p99_us, 20.0, false},
       {"ring ping-pong 4 KiB one-way p99 (us)", ring4k->p99_us, 20.0, false},
   };
-  const int missed = PrintTargets(targets, stdout);
-
-  if (!json_path.empty()) {
-    FILE* f = std::fopen(json_path.c_str(), "w");
-    if (f == nullptr) {
-      std::perror(json_path.c_str());
-      return 1;
-    }
-    std::fprintf(f, "{\"results\":[");
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
-      std::fprintf(f,
-                   "%s\n{\"transport\":\"%s\",\"size\":%zu,\"msgs_per_s\":%s,\"gb_per_s\":%s,"
-                   "\"p50_us\":%s,\"p99_us\":%s}",
-                   i ? "," : "", r.transport.c_str(), r.size, JsonNumber(r.msgs_per_s).c_str(),
-                   JsonNumber(r.gb_per_s).c_str(), JsonNumber(r.p50_us).c_str(),
-                   JsonNumber(r.p99_us).c_str());
-    }
-    std::fprintf(f, "],\n%s,\"quick\":%s}\n", TargetsJson(targets).c_str(),
-                 quick ? "true" : "false");
-    std::fclose(f);
+  std::vector<std::string> objects;
+  for (const Row& r : rows) {
+    objects.push_back(
+        "{\"transport\":\"" + r.transport + "\",\"size\":" + std::to_string(r.size) +
+        ",\"msgs_per_s\":" + JsonNumber(r.msgs_per_s) + ",\"gb_per_s\":" + JsonNumber(r.gb_per_s) +
+        ",\"p50_us\":" + JsonNumber(r.p50_us) + ",\"p99_us\":" + JsonNumber(r.p99_us) + "}");
   }
-  if (quick) return 0;
-  return missed == 0 ? 0 : 1;
+  return FinishBench(args, objects, targets);
 }
 
 }  // namespace

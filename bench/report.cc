@@ -60,4 +60,40 @@ std::string TargetsJson(const std::vector<Target>& targets) {
   return s + "]";
 }
 
+bool ParseBenchArgs(int argc, char** argv, const char* usage, BenchArgs* out) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--json" && i + 1 < argc) {
+      out->json_path = argv[++i];
+    } else if (a == "--quick") {
+      out->quick = true;
+    } else {
+      std::fprintf(stderr, "usage: %s\n", usage);
+      return false;
+    }
+  }
+  return true;
+}
+
+int FinishBench(const BenchArgs& args, const std::vector<std::string>& result_objects,
+                const std::vector<Target>& targets) {
+  const int missed = PrintTargets(targets, stdout);
+  if (!args.json_path.empty()) {
+    FILE* f = std::fopen(args.json_path.c_str(), "w");
+    if (f == nullptr) {
+      std::perror(args.json_path.c_str());
+      return 1;
+    }
+    std::fprintf(f, "{\"results\":[");
+    for (size_t i = 0; i < result_objects.size(); ++i) {
+      std::fprintf(f, "%s\n%s", i ? "," : "", result_objects[i].c_str());
+    }
+    std::fprintf(f, "],\n%s,\"quick\":%s}\n", TargetsJson(targets).c_str(),
+                 args.quick ? "true" : "false");
+    std::fclose(f);
+  }
+  if (args.quick) return 0;
+  return missed == 0 ? 0 : 1;
+}
+
 }  // namespace marlaas::bench
