@@ -16,6 +16,7 @@ MARLAAS_PACKAGES=(
   libboost-dev libprotobuf-dev protobuf-compiler libgtest-dev libgmock-dev libseccomp-dev
   nlohmann-json3-dev
   libtorch-dev libopenblas0-pthread
+  python3  # the interpreter sandboxed verifiers run (Debian's, at /usr/bin/python3)
 )
 
 marlaas_log() { printf '[marlaas] %s\n' "$*" >&2; }
