@@ -14,6 +14,11 @@ const std::vector<Command>& Commands() {
       {"clean", "[--instance NAME] [--dry-run]",
        "remove shared-memory segments whose creating process has exited", RunClean},
       {"gpus", "", "list the CUDA devices this build can use, or say why there are none", RunGpus},
+      {"sandbox-check", "", "show the isolation this host provides and run the escape suite",
+       RunSandboxCheck},
+      {"sandbox-run", "[--lang python|sh] [--timeout-ms N] FILE",
+       "run one file under the verifiers' sandbox; the exit status names the outcome",
+       RunSandboxRun},
       {"pretrain", "--out DIR [--seed N] [--steps N]",
        "train the built-in tiny base model (cached) and report its exact-match rate", RunPretrain},
   };
@@ -25,7 +30,7 @@ static void PrintHelp(FILE* out) {
                "usage: marlaas COMMAND [ARGS]\n\n"
                "Multi-tenant asynchronous RL fine-tuning as a service.\n\ncommands:\n");
   for (const Command& c : Commands()) {
-    std::fprintf(out, "  %-9s %-34s %s\n", c.name, c.args, c.summary);
+    std::fprintf(out, "  %-13s %-41s %s\n", c.name, c.args, c.summary);
   }
   std::fprintf(out, "\n`marlaas COMMAND --help` shows one command's usage.\n");
 }

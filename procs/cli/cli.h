@@ -24,6 +24,8 @@ int RunClean(const std::vector<std::string>& args);
 int RunValidate(const std::vector<std::string>& args);
 int RunGpus(const std::vector<std::string>& args);
 int RunPretrain(const std::vector<std::string>& args);
+int RunSandboxCheck(const std::vector<std::string>& args);
+int RunSandboxRun(const std::vector<std::string>& args);
 
 // Small argument helper: removes "--name VALUE" from args; returns false if absent.
 bool TakeFlag(std::vector<std::string>* args, const std::string& name, std::string* value);

@@ -1,0 +1,211 @@
+#include "sandbox/escape_suite.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+namespace marlaas::sandbox {
+namespace {
+
+SandboxRequest Sh(const std::string& script, SandboxLimits limits = {}) {
+  SandboxRequest r;
+  r.argv = {"/bin/sh", "-c", script};
+  r.limits = limits;
+  return r;
+}
+
+SandboxRequest Py(const std::string& code, SandboxLimits limits = {}) {
+  SandboxRequest r;
+  r.argv = {"/usr/bin/python3", "-I", "-S", "-c", code};
+  r.limits = limits;
+  return r;
+}
+
+std::string Expect(bool ok, const std::string& why, const SandboxResult& r) {
+  if (ok) return "";
+  return why + " (outcome " + SandboxOutcomeName(r.outcome) + ", exit " +
+         std::to_string(r.exit_code) + ", signal " + std::to_string(r.signal) + ", stdout '" +
+         r.stdout_data.substr(0, 300) + "', stderr '" + r.stderr_data.substr(0, 300) + "'" +
+         (r.setup_error.empty() ? "" : ", setup: " + r.setup_error) + ")";
+}
+
+// No process with this marker may survive the run.
+std::string NoSurvivors(const std::string& marker) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  const int n = CountHostProcesses(marker);
+  return n == 0 ? "" : std::to_string(n) + " '" + marker + "' process(es) outlived the sandbox";
+}
+
+bool Exited(const SandboxResult& r) { return r.outcome == SandboxOutcome::kExited; }
+
+}  // namespace
+
+int CountHostProcesses(const std::string& needle) {
+  int n = 0;
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return -1;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::ifstream f(std::string("/proc/") + e->d_name + "/cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    for (char& c : cmd)
+      if (c == '\0') c = ' ';
+    n += cmd.find(needle) != std::string::npos;
+  }
+  ::closedir(d);
+  return n;
+}
+
+std::vector<EscapeCase> EscapeSuite() {
+  std::vector<EscapeCase> s;
+  SandboxLimits quick;
+  quick.wall_timeout_ms = 400;
+  s.push_back({"sleep_past_wall_limit_with_background_setsid_and_double_fork",
+               Sh("sleep 4242 & setsid sleep 4243 & (sleep 4244 &) ; sleep 4245", quick),
+               [](const SandboxResult& r) {
+                 std::string e = Expect(r.outcome == SandboxOutcome::kTimeout, "not timed out", r);
+                 for (const char* m : {"sleep 4242", "sleep 4243", "sleep 4244", "sleep 4245"}) {
+                   if (e.empty()) e = NoSurvivors(m);
+                 }
+                 return e;
+               }});
+  s.push_back({"children_left_behind_by_an_exiting_program", Sh("(sleep 4246 &); exit 0"),
+               [](const SandboxResult& r) {
+                 std::string e = Expect(Exited(r), "did not exit", r);
+                 return e.empty() ? NoSurvivors("sleep 4246") : e;
+               }});
+  SandboxLimits bomb;
+  bomb.wall_timeout_ms = 1500;
+  s.push_back({"fork_bomb", Sh("b() { b | b & }; b; sleep 4247", bomb), [](const SandboxResult& r) {
+                 std::string e =
+                     Expect(r.outcome != SandboxOutcome::kSetupFailed, "setup failed", r);
+                 return e.empty() ? NoSurvivors("sleep 4247") : e;
+               }});
+  s.push_back({"memory_bomb", Py("x = bytearray(2 * 1024**3)"), [](const SandboxResult& r) {
+                 return Expect(Exited(r) && r.exit_code != 0 &&
+                                   r.stderr_data.find("MemoryError") != std::string::npos,
+                               "allocation was not refused", r);
+               }});
+  SandboxLimits cpu;
+  cpu.cpu_seconds = 1;
+  cpu.wall_timeout_ms = 5000;
+  s.push_back({"cpu_spin", Py("while True: pass", cpu), [](const SandboxResult& r) {
+                 return Expect(r.outcome == SandboxOutcome::kSignaled &&
+                                   (r.signal == SIGXCPU || r.signal == SIGKILL),
+                               "not stopped by the CPU limit", r);
+               }});
+  SandboxLimits out;
+  out.max_output_bytes = 1 << 20;
+  s.push_back(
+      {"gigabyte_of_stdout",
+       Py("import sys\nb = b'x' * (1 << 20)\nfor _ in range(1024): sys.stdout.buffer.write(b)",
+          out),
+       [](const SandboxResult& r) {
+         return Expect(r.outcome == SandboxOutcome::kOutputLimit && r.stdout_truncated &&
+                           r.stdout_data.size() == (1u << 20),
+                       "output not capped", r);
+       }});
+  s.push_back({"fill_the_work_dir",
+               Py("import os\ntry:\n  open('/work/big','wb').write(b'x' * (64 << 20))\nexcept "
+                  "OSError as e: print('full', e.errno)\n"
+                  "n = 0\ntry:\n  while n < 100000:\n    open('/work/f%d' % n, 'w').close(); n += "
+                  "1\nexcept OSError as e: print('inodes', e.errno)"),
+               [](const SandboxResult& r) {
+                 // EFBIG (27): the file-size limit; ENOSPC (28): the work dir's size or inodes.
+                 return Expect(Exited(r) &&
+                                   (r.stdout_data.find("full 27") != std::string::npos ||
+                                    r.stdout_data.find("full 28") != std::string::npos) &&
+                                   r.stdout_data.find("inodes 28") != std::string::npos,
+                               "the work dir was not limited", r);
+               }});
+  s.push_back(
+      {"read_host_files",
+       Py("import os\n"
+          "print([p for p in ['/etc/shadow', '/etc/passwd', '/root', '/home', '/dev/shm', '/var',"
+          " '/sys', '/run'] if os.path.exists(p)])\n"
+          "print('HOME=/work' in open('/proc/1/environ').read())"),  // PID 1 is the program
+       [](const SandboxResult& r) {
+         return Expect(Exited(r) && r.stdout_data == "[]\nTrue\n", "a host path is visible", r);
+       }});
+  s.push_back({"write_outside_the_work_dir",
+               Py("for p in ['/usr/evil', '/evil', '/bin/evil', '/proc/evil', '/dev/evil']:\n"
+                  "    try:\n        open(p, 'w'); print('wrote', p)\n    except OSError: pass\n"
+                  "open('/work/ok', 'w').write('x'); print('done')"),
+               [](const SandboxResult& r) {
+                 return Expect(Exited(r) && r.stdout_data == "done\n", "wrote outside /work", r);
+               }});
+  s.push_back({"symlink_and_dotdot_escapes",
+               Sh("ln -s /proc/1/root/etc/shadow /work/s; cat /work/s 2>&1 | head -c 0; "
+                  "cat /work/../../etc/shadow 2>/dev/null && echo leaked; "
+                  "ls /proc/1/root/ | tr '\\n' ' '"),
+               [](const SandboxResult& r) {
+                 return Expect(Exited(r) && r.stdout_data.find("leaked") == std::string::npos &&
+                                   r.stdout_data.find("etc") == std::string::npos,
+                               "escaped through a link", r);
+               }});
+  s.push_back({"network_tcp_udp_dns_and_loopback",
+               Py("import socket\n"
+                  "for fam, kind in [(socket.AF_INET, socket.SOCK_STREAM), (socket.AF_INET, "
+                  "socket.SOCK_DGRAM),"
+                  " (socket.AF_INET6, socket.SOCK_STREAM), (socket.AF_NETLINK, socket.SOCK_RAW)]:\n"
+                  "    try:\n        socket.socket(fam, kind); print('open')\n"
+                  "    except OSError as e: print('refused', e.errno)\n"
+                  "try:\n    socket.getaddrinfo('example.com', 80); print('resolved')\n"
+                  "except OSError: print('no dns')\n"),
+               [](const SandboxResult& r) {
+                 return Expect(
+                     Exited(r) &&
+                         r.stdout_data == "refused 1\nrefused 1\nrefused 1\nrefused 1\nno dns\n",
+                     "a network socket opened", r);
+               }});
+  s.push_back(
+      {"ptrace_mount_unshare_setns",
+       Py("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+          "print(libc.ptrace(16, 1, None, None), libc.mount(b'none', b'/work', b'tmpfs', 0, None),"
+          " libc.unshare(0x10000000), libc.setns(0, 0), libc.syscall(435, None, 0))"),
+       [](const SandboxResult& r) {
+         return Expect(Exited(r) && r.stdout_data == "-1 -1 -1 -1 -1\n",
+                       "a privileged call succeeded", r);
+       }});
+  s.push_back({"write_proc_self_mem",
+               Py("try:\n    f = open('/proc/self/mem', 'wb'); print('opened')\nexcept OSError as "
+                  "e: print('refused')"),
+               [](const SandboxResult& r) {
+                 // Opening it is possible for a process's own memory; it only reaches itself.
+                 return Expect(Exited(r), "crashed the sandbox", r);
+               }});
+  s.push_back({"setuid_binaries_gain_nothing",
+               Sh("for b in /usr/bin/su /usr/bin/passwd /usr/bin/mount; do [ -u $b ] && $b --help "
+                  ">/dev/null 2>&1; done; id -u"),
+               [](const SandboxResult& r) {
+                 return Expect(Exited(r) && r.stdout_data == "0\n", "identity changed", r);
+               }});
+  s.push_back({"kill_everything_it_can_see",
+               Py("import os, signal, subprocess\np = subprocess.Popen(['/usr/bin/sleep', '30'])\n"
+                  "print(os.getpid())\nos.kill(-1, signal.SIGKILL)\nprint('child', p.wait())"),
+               [](const SandboxResult& r) {
+                 return Expect(Exited(r) && r.stdout_data == "1\nchild -9\n",
+                               "kill(-1) reached outside", r);
+               }});
+  return s;
+}
+
+EscapeReport RunEscapeCase(const EscapeCase& c) {
+  EscapeReport rep;
+  rep.name = c.name;
+  auto res = RunSandboxed(c.request);
+  if (!res.ok()) {
+    rep.detail = res.status().ToString();
+    return rep;
+  }
+  rep.wall_ms = res->wall_ms;
+  rep.detail = c.contained(*res);
+  rep.contained = rep.detail.empty();
+  return rep;
+}
+
+}  // namespace marlaas::sandbox
