@@ -83,7 +83,9 @@ TEST(SandboxProbeTest, ThisHostProvidesEveryRequiredLayer) {
   const auto layers = ProbeIsolation();
   ASSERT_GE(layers.size(), 7u);
   for (const auto& l : layers) {
-    if (l.required) EXPECT_TRUE(l.available) << l.name << ": " << l.detail;
+    if (l.required) {
+      EXPECT_TRUE(l.available) << l.name << ": " << l.detail;
+    }
   }
   EXPECT_TRUE(StrongIsolation(layers));
 }
