@@ -17,6 +17,7 @@ MARLAAS_PACKAGES=(
   nlohmann-json3-dev
   libtorch-dev libopenblas0-pthread
   python3  # the interpreter sandboxed verifiers run (Debian's, at /usr/bin/python3)
+  bubblewrap  # only for bench_sandbox's comparison
 )
 
 marlaas_log() { printf '[marlaas] %s\n' "$*" >&2; }

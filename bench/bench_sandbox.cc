@@ -1,0 +1,169 @@
+// bench_sandbox: runs/s and p50/p99 latency of (a) a trivial program (/bin/true), (b) a python3
+// one-liner and (c) the Python-tests verifier, under our full isolation, plain fork/exec with no
+// isolation, and bubblewrap when installed. Latency: one worker, runs one after another. Runs/s:
+// two worker processes (the machine's two cores), wall time for all runs.
+//
+//   bench_sandbox [--json FILE] [--quick]
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench/report.h"
+#include "sandbox/python_tests_verifier.h"
+#include "sandbox/sandbox.h"
+
+extern char** environ;
+
+namespace marlaas::bench {
+namespace {
+
+using sandbox::PythonTestsSpec;
+using sandbox::SandboxRequest;
+
+struct Row {
+  std::string isolation, workload;
+  double runs_per_s, p50_ms, p99_ms;
+};
+
+const char kCandidate[] = "def f(x):\n    return x * x\n";
+
+PythonTestsSpec Spec() {
+  PythonTestsSpec s;
+  s.function_name = "f";
+  s.tests = {{"[3]", "9"}, {"[-2]", "4"}, {"[0]", "0"}, {"[12]", "144"}};
+  return s;
+}
+
+std::vector<std::string> Argv(const std::string& workload) {
+  if (workload == "trivial") return {"/bin/true"};
+  return {"/usr/bin/python3", "-I", "-S", "-c", "pass"};
+}
+
+// Plain posix_spawn + wait: no isolation at all.
+bool SpawnPlain(const std::vector<std::string>& argv) {
+  std::vector<char*> a;
+  for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+  a.push_back(nullptr);
+  pid_t pid;
+  if (posix_spawn(&pid, a[0], nullptr, nullptr, a.data(), environ) != 0) return false;
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+std::vector<std::string> Bwrap(const std::vector<std::string>& argv) {
+  std::vector<std::string> a = {"/usr/bin/bwrap", "--unshare-all", "--die-with-parent",
+                                "--ro-bind",      "/usr",          "/usr",
+                                "--symlink",      "usr/bin",       "/bin",
+                                "--symlink",      "usr/lib",       "/lib",
+                                "--symlink",      "usr/lib64",     "/lib64",
+                                "--proc",         "/proc",         "--dev",
+                                "/dev",           "--tmpfs",       "/work",
+                                "--chdir",        "/work"};
+  a.insert(a.end(), argv.begin(), argv.end());
+  return a;
+}
+
+// One run of `workload` under `isolation`; false on failure.
+bool RunOnce(const std::string& isolation, const std::string& workload) {
+  if (workload == "python_tests") {
+    if (isolation == "full") {
+      return sandbox::VerifyPythonFunction(kCandidate, Spec()).outcome == pb::OUTCOME_OK;
+    }
+    // The same harness work without our sandbox: the candidate and 4 calls in one python3.
+    const std::string code = std::string(kCandidate) + "for a in (3, -2, 0, 12): f(a)\n";
+    std::vector<std::string> argv = {"/usr/bin/python3", "-I", "-S", "-c", code};
+    return SpawnPlain(isolation == "bwrap" ? Bwrap(argv) : argv);
+  }
+  if (isolation == "full") {
+    SandboxRequest r;
+    r.argv = Argv(workload);
+    auto res = sandbox::RunSandboxed(r);
+    return res.ok() && res->outcome == sandbox::SandboxOutcome::kExited && res->exit_code == 0;
+  }
+  return SpawnPlain(isolation == "bwrap" ? Bwrap(Argv(workload)) : Argv(workload));
+}
+
+bool Measure(const std::string& isolation, const std::string& workload, int runs, Row* row) {
+  std::vector<double> ms;
+  for (int i = 0; i < runs + 3; ++i) {  // 3 warm-up runs
+    const double t0 = NowSeconds();
+    if (!RunOnce(isolation, workload)) return false;
+    if (i >= 3) ms.push_back((NowSeconds() - t0) * 1e3);
+  }
+  row->p50_ms = Percentile(ms, 50);
+  row->p99_ms = Percentile(ms, 99);
+  // Throughput: two worker processes sharing the runs.
+  const double t0 = NowSeconds();
+  pid_t workers[2];
+  for (int w = 0; w < 2; ++w) {
+    workers[w] = fork();
+    if (workers[w] == 0) {
+      for (int i = 0; i < runs / 2; ++i)
+        if (!RunOnce(isolation, workload)) _exit(1);
+      _exit(0);
+    }
+  }
+  bool ok = true;
+  for (pid_t p : workers) {
+    int st = 0;
+    waitpid(p, &st, 0);
+    ok = ok && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  }
+  row->runs_per_s = double(runs / 2 * 2) / (NowSeconds() - t0);
+  return ok;
+}
+
+int Run(int argc, char** argv) {
+  BenchArgs args;
+  if (!ParseBenchArgs(argc, argv, "bench_sandbox [--json FILE] [--quick]", &args)) return 2;
+  const int runs = args.quick ? 20 : 200;
+  std::vector<std::string> isolations = {"full", "none"};
+  if (access("/usr/bin/bwrap", X_OK) == 0) isolations.push_back("bwrap");
+  std::vector<Row> rows;
+  for (const char* workload : {"trivial", "python", "python_tests"}) {
+    for (const std::string& iso : isolations) {
+      Row r{iso, workload, 0, 0, 0};
+      if (!Measure(iso, workload, runs, &r)) {
+        std::fprintf(stderr, "bench_sandbox: %s / %s failed\n", iso.c_str(), workload);
+        return 1;
+      }
+      rows.push_back(r);
+    }
+  }
+  auto find = [&](const std::string& iso, const std::string& w) -> const Row& {
+    for (const Row& r : rows)
+      if (r.isolation == iso && r.workload == w) return r;
+    return rows[0];
+  };
+  std::printf("\n%-10s %-13s %10s %9s %9s\n", "isolation", "workload", "runs/s", "p50 ms",
+              "p99 ms");
+  for (const Row& r : rows) {
+    std::printf("%-10s %-13s %10.1f %9.2f %9.2f\n", r.isolation.c_str(), r.workload.c_str(),
+                r.runs_per_s, r.p50_ms, r.p99_ms);
+  }
+  std::vector<Target> targets = {
+      {"python p50: full isolation minus plain fork/exec (ms)",
+       find("full", "python").p50_ms - find("none", "python").p50_ms, 5.0, false},
+      {"python-tests verifications/s, full isolation, 2 workers",
+       find("full", "python_tests").runs_per_s, 60.0, true},
+      {"python-tests p99 latency, full isolation (ms)", find("full", "python_tests").p99_ms, 50.0,
+       false},
+  };
+  std::vector<std::string> objects;
+  for (const Row& r : rows) {
+    objects.push_back("{\"isolation\":\"" + r.isolation + "\",\"workload\":\"" + r.workload +
+                      "\",\"runs_per_s\":" + JsonNumber(r.runs_per_s) + ",\"p50_ms\":" +
+                      JsonNumber(r.p50_ms) + ",\"p99_ms\":" + JsonNumber(r.p99_ms) + "}");
+  }
+  return FinishBench(args, objects, targets);
+}
+
+}  // namespace
+}  // namespace marlaas::bench
+
+int main(int argc, char** argv) { return marlaas::bench::Run(argc, argv); }
