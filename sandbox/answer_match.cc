@@ -88,7 +88,8 @@ std::string ExtractFinalAnswer(const std::string& completion) {
   const size_t a = completion.rfind("A:");
   if (a != std::string::npos) start = a + 2;
   const size_t end = completion.find('\n', start);
-  return NormalizeAnswer(completion.substr(start, end == std::string::npos ? std::string::npos : end - start));
+  return NormalizeAnswer(
+      completion.substr(start, end == std::string::npos ? std::string::npos : end - start));
 }
 
 }  // namespace marlaas::sandbox

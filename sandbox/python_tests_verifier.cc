@@ -49,8 +49,14 @@ std::string Nonce() {
 Verdict Judge(const SandboxResult& r, const std::string& nonce, const PythonTestsSpec& spec) {
   Verdict v;
   switch (r.outcome) {
-    case SandboxOutcome::kTimeout: v.outcome = pb::OUTCOME_TIMEOUT; v.detail = "timed out"; return v;
-    case SandboxOutcome::kOutputLimit: v.outcome = pb::OUTCOME_OUTPUT_LIMIT; v.detail = "output limit"; return v;
+    case SandboxOutcome::kTimeout:
+      v.outcome = pb::OUTCOME_TIMEOUT;
+      v.detail = "timed out";
+      return v;
+    case SandboxOutcome::kOutputLimit:
+      v.outcome = pb::OUTCOME_OUTPUT_LIMIT;
+      v.detail = "output limit";
+      return v;
     case SandboxOutcome::kSignaled:
       v.outcome = pb::OUTCOME_TIMEOUT;
       v.detail = "killed by signal " + std::to_string(r.signal) + " (CPU limit)";
@@ -59,7 +65,8 @@ Verdict Judge(const SandboxResult& r, const std::string& nonce, const PythonTest
       v.outcome = pb::OUTCOME_INFRA_ERROR;
       v.detail = "sandbox: " + r.setup_error;
       return v;
-    case SandboxOutcome::kExited: break;
+    case SandboxOutcome::kExited:
+      break;
   }
   std::vector<json> results(spec.tests.size());
   std::istringstream lines(r.stdout_data);
@@ -74,7 +81,8 @@ Verdict Judge(const SandboxResult& r, const std::string& nonce, const PythonTest
     json obj = json::parse(rest, nullptr, false);
     if (obj.is_discarded()) continue;
     if (index == -1 && obj.contains("load_error")) {
-      v.outcome = obj["load_error"] == "MemoryError" ? pb::OUTCOME_MEMORY_LIMIT : pb::OUTCOME_RUNTIME_ERROR;
+      v.outcome =
+          obj["load_error"] == "MemoryError" ? pb::OUTCOME_MEMORY_LIMIT : pb::OUTCOME_RUNTIME_ERROR;
       v.detail = "candidate did not load: " + obj["load_error"].get<std::string>();
       return v;
     }
@@ -89,7 +97,8 @@ Verdict Judge(const SandboxResult& r, const std::string& nonce, const PythonTest
       return v;
     }
     if (res.contains("error")) {
-      v.outcome = res["error"] == "MemoryError" ? pb::OUTCOME_MEMORY_LIMIT : pb::OUTCOME_RUNTIME_ERROR;
+      v.outcome =
+          res["error"] == "MemoryError" ? pb::OUTCOME_MEMORY_LIMIT : pb::OUTCOME_RUNTIME_ERROR;
       v.detail = "case " + std::to_string(i) + " raised " + res["error"].get<std::string>();
       return v;
     }
@@ -108,7 +117,8 @@ Verdict VerifyPythonFunction(const std::string& candidate, const PythonTestsSpec
   json inputs = json::array();
   for (const PythonTestCase& t : spec.tests) {
     json args = json::parse(t.args_json, nullptr, false);
-    if (args.is_discarded() || !args.is_array() || json::parse(t.expected_json, nullptr, false).is_discarded()) {
+    if (args.is_discarded() || !args.is_array() ||
+        json::parse(t.expected_json, nullptr, false).is_discarded()) {
       Verdict v;
       v.outcome = pb::OUTCOME_INFRA_ERROR;
       v.detail = "a hidden test case is not valid JSON";
@@ -121,7 +131,8 @@ Verdict VerifyPythonFunction(const std::string& candidate, const PythonTestsSpec
     const std::string nonce = Nonce();
     SandboxRequest req;
     req.argv = {"/usr/bin/python3", "-I", "-S", "harness.py", nonce, spec.function_name};
-    req.files = {{"harness.py", kHarness}, {"candidate.py", candidate}, {"inputs.json", inputs.dump()}};
+    req.files = {
+        {"harness.py", kHarness}, {"candidate.py", candidate}, {"inputs.json", inputs.dump()}};
     req.limits = spec.limits;
     auto r = RunSandboxed(req);
     if (!r.ok()) {

@@ -62,7 +62,8 @@ TEST(PythonTestsVerifierTest, RaisingNeverPassesEvenWhenNoneIsExpected) {
 TEST(PythonTestsVerifierTest, ResourceOutcomesAreDistinguished) {
   PythonTestsSpec s = SquareSpec();
   s.limits.wall_timeout_ms = 500;
-  EXPECT_EQ(VerifyPythonFunction("def f(x):\n    while True: pass\n", s).outcome, pb::OUTCOME_TIMEOUT);
+  EXPECT_EQ(VerifyPythonFunction("def f(x):\n    while True: pass\n", s).outcome,
+            pb::OUTCOME_TIMEOUT);
   EXPECT_EQ(VerifyPythonFunction("def f(x):\n    return bytearray(1 << 40)\n", s).outcome,
             pb::OUTCOME_MEMORY_LIMIT);
 }

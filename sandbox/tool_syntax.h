@@ -1,0 +1,38 @@
+// The one place that defines how a model calls a tool in its text, and how the answer comes
+// back:  <tool name="calc">(3+4)*5</tool>  is answered by  <result>35</result>.
+// Tool names: "calc" (the safe calculator) and "python" (code run in the sandbox, its stdout is
+// the result). Pure functions, plus ExecuteTool which may run the sandbox.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "sandbox/sandbox.h"
+#include "sandbox/verdict.h"
+
+namespace marlaas::sandbox {
+
+struct ParsedToolCall {
+  std::string name;
+  std::string input;
+  size_t begin = 0;  // offset of "<tool"
+  size_t end = 0;    // offset just past "</tool>"
+};
+
+// The first complete tool call in `text` at or after `from`, if any.
+std::optional<ParsedToolCall> FindToolCall(std::string_view text, size_t from = 0);
+std::string FormatToolCall(const std::string& name, const std::string& input);
+std::string FormatToolResult(const std::string& output);
+
+struct ToolOutput {
+  pb::VerifierOutcome outcome = pb::OUTCOME_OK;  // OK, RUNTIME_ERROR, TIMEOUT, ... or INFRA_ERROR
+  std::string output;  // what goes between <result> and </result> (capped)
+  bool truncated = false;
+};
+
+// Runs a parsed call: calc in process, python in the sandbox with `limits`.
+ToolOutput ExecuteTool(const ParsedToolCall& call, const SandboxLimits& limits,
+                       size_t max_output_chars = 512);
+
+}  // namespace marlaas::sandbox
