@@ -78,3 +78,47 @@ TEST(PythonTestsVerifierTest, BrokenHiddenTestsAreAnInfrastructureErrorNotARewar
 
 }  // namespace
 }  // namespace marlaas::sandbox
+
+#include "sandbox/command_verifier.h"
+
+namespace marlaas::sandbox {
+namespace {
+
+CommandVerifierSpec PyVerifier(const std::string& script) {
+  CommandVerifierSpec s;
+  s.argv = {"/usr/bin/python3", "-I", "-S", "verify.py"};
+  s.files = {{"verify.py", script}};
+  s.limits.wall_timeout_ms = 1000;
+  return s;
+}
+
+TEST(CommandVerifierTest, RewardComesFromTheTenantsProgram) {
+  auto spec = PyVerifier(
+      "import json, sys\nd = json.load(sys.stdin)\n"
+      "ok = d['completion'].strip() == str(d['metadata']['answer'])\n"
+      "print(json.dumps({'reward': 1.0 if ok else 0.25}))\n");
+  auto right = RunCommandVerifier(spec, "2+2?", " 4\n", R"({"answer": 4})");
+  EXPECT_EQ(right.outcome, pb::OUTCOME_OK) << right.detail;
+  EXPECT_EQ(right.reward, 1.0);
+  auto wrong = RunCommandVerifier(spec, "2+2?", " 5", R"({"answer": 4})");
+  EXPECT_EQ(wrong.outcome, pb::OUTCOME_OK);
+  EXPECT_EQ(wrong.reward, 0.25);
+}
+
+// A verifier that breaks its contract is a verifier error, retried, and never a reward.
+TEST(CommandVerifierTest, BrokenVerifiersAreErrorsNotRewards) {
+  const char* broken[] = {
+      "raise RuntimeError('boom')", "print('not json')",          "print('{\"reward\": 1.5}')",
+      "print('{\"score\": 1}')",    "import time\ntime.sleep(5)",
+  };
+  for (const char* script : broken) {
+    auto v = RunCommandVerifier(PyVerifier(script), "p", "c", "{}");
+    EXPECT_EQ(v.outcome, pb::OUTCOME_INFRA_ERROR) << script;
+    EXPECT_FALSE(v.scored());
+    EXPECT_EQ(v.attempts, 2) << script;
+    EXPECT_NE(v.detail.find("verifier error"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace marlaas::sandbox

@@ -1,0 +1,64 @@
+#include "sandbox/command_verifier.h"
+
+#include <nlohmann/json.hpp>
+
+namespace marlaas::sandbox {
+namespace {
+
+using json = nlohmann::json;
+
+Verdict Broken(const std::string& why) {
+  Verdict v;
+  v.outcome = pb::OUTCOME_INFRA_ERROR;
+  v.detail = "verifier error: " + why;
+  return v;
+}
+
+Verdict Judge(const SandboxResult& r) {
+  if (r.outcome == SandboxOutcome::kSetupFailed) return Broken("sandbox: " + r.setup_error);
+  if (r.outcome == SandboxOutcome::kTimeout) return Broken("timed out");
+  if (r.outcome == SandboxOutcome::kOutputLimit) return Broken("printed too much");
+  if (r.outcome == SandboxOutcome::kSignaled)
+    return Broken("killed by signal " + std::to_string(r.signal));
+  if (r.exit_code != 0) {
+    return Broken("exited with " + std::to_string(r.exit_code) + ": " +
+                  r.stderr_data.substr(0, 200));
+  }
+  json out = json::parse(r.stdout_data, nullptr, false);
+  if (out.is_discarded() || !out.is_object() || !out.contains("reward") ||
+      !out["reward"].is_number()) {
+    return Broken("stdout is not {\"reward\": x}: '" + r.stdout_data.substr(0, 200) + "'");
+  }
+  const double reward = out["reward"].get<double>();
+  if (!(reward >= 0.0 && reward <= 1.0))
+    return Broken("reward " + out["reward"].dump() + " is outside [0, 1]");
+  Verdict v;
+  v.outcome = pb::OUTCOME_OK;
+  v.reward = reward;
+  v.detail = "reward from the tenant's verifier";
+  return v;
+}
+
+}  // namespace
+
+Verdict RunCommandVerifier(const CommandVerifierSpec& spec, const std::string& prompt,
+                           const std::string& completion, const std::string& metadata_json) {
+  json metadata = json::parse(metadata_json.empty() ? "{}" : metadata_json, nullptr, false);
+  if (metadata.is_discarded()) return Broken("metadata is not JSON");
+  SandboxRequest req;
+  req.argv = spec.argv;
+  req.files = spec.files;
+  req.limits = spec.limits;
+  req.stdin_data =
+      json{{"prompt", prompt}, {"completion", completion}, {"metadata", metadata}}.dump();
+  Verdict v;
+  for (int attempt = 1; attempt <= std::max(1, spec.attempts); ++attempt) {
+    auto r = RunSandboxed(req);
+    v = r.ok() ? Judge(*r) : Broken(r.status().ToString());
+    v.attempts = attempt;
+    if (v.outcome != pb::OUTCOME_INFRA_ERROR) break;
+  }
+  return v;
+}
+
+}  // namespace marlaas::sandbox
