@@ -11,6 +11,12 @@
 
 namespace marlaas::model {
 
+// The greedy completion of each prompt, cut after the first newline or end-of-text (the cut
+// token excluded), at most max_new_tokens tokens.
+Result<std::vector<std::string>> GreedyCompletions(const std::string& model_dir,
+                                                   const std::vector<std::string>& prompts,
+                                                   int max_new_tokens);
+
 // Fraction of pairs answered exactly, generating at most max_new_tokens per prompt.
 Result<double> GreedyExactMatch(const std::string& model_dir,
                                 const std::vector<std::pair<std::string, std::string>>& pairs,

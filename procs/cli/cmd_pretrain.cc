@@ -8,7 +8,7 @@
 #include "model/evaluate.h"
 #include "model/pretrain.h"
 #include "procs/cli/cli.h"
-#include "tasks/arithmetic.h"
+#include "tasks/task.h"
 
 namespace marlaas::cli {
 namespace {
@@ -54,8 +54,9 @@ int RunPretrain(const std::vector<std::string>& argv) {
   o.seed = uint64_t(seed);
   if (steps > 0) o.steps = int(steps);
   o.on_progress = ProgressBar;
-  // Half the corpus answers are right: the base model learns the format and some arithmetic.
-  const auto corpus = tasks::ArithmeticCorpus(o.seed, 40000, 0.5);
+  // The built-in tasks' documents, half of them with right answers: the base model learns the
+  // formats and some of the skills, leaving reward for RL to gain.
+  const auto corpus = tasks::BuiltinCorpus(o.seed, 10000, 0.5);
   auto report = model::Pretrain(o, corpus);
   if (!report.ok()) {
     std::fprintf(stderr, "marlaas pretrain: %s\n", report.status().ToString().c_str());
@@ -69,17 +70,28 @@ int RunPretrain(const std::vector<std::string>& argv) {
                 o.steps, report->seconds, report->tokens_per_s, double(report->first_loss),
                 double(report->final_loss), out.c_str());
   }
-  std::vector<std::pair<std::string, std::string>> held_out;
-  for (uint64_t i = 0; i < 200; ++i) {
-    const auto p = tasks::ArithmeticProblemAt(o.seed + 1000003, i, 1 + int(i % 3));
-    held_out.emplace_back(p.prompt, p.answer);
+  // The base model's reward on held-out examples of each task (greedy): the starting point RL
+  // must improve on.
+  std::printf("greedy reward of the base on 40 held-out examples per task:\n");
+  for (const std::string& name : tasks::BuiltinTaskNames()) {
+    auto task = std::move(*tasks::MakeTask(name));
+    std::vector<tasks::TaskExample> examples;
+    std::vector<std::string> prompts;
+    for (uint64_t i = 0; i < 40; ++i) {
+      examples.push_back(task->Example(o.seed + 1000003, i, 1 + int(i % 3)));
+      prompts.push_back(examples.back().prompt);
+    }
+    auto completions = model::GreedyCompletions(out, prompts, 48);
+    if (!completions.ok()) {
+      std::fprintf(stderr, "marlaas pretrain: evaluating: %s\n",
+                   completions.status().ToString().c_str());
+      return 1;
+    }
+    double reward = 0;
+    for (size_t i = 0; i < examples.size(); ++i)
+      reward += task->Verify(examples[i], (*completions)[i]).reward;
+    std::printf("  %-18s %.2f\n", name.c_str(), reward / double(examples.size()));
   }
-  auto acc = model::GreedyExactMatch(out, held_out);
-  if (!acc.ok()) {
-    std::fprintf(stderr, "marlaas pretrain: evaluating: %s\n", acc.status().ToString().c_str());
-    return 1;
-  }
-  std::printf("greedy exact match on 200 held-out arithmetic problems: %.1f%%\n", 100 * *acc);
   return 0;
 }
 

@@ -1,0 +1,105 @@
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "sandbox/python_tests_verifier.h"
+#include "tasks/builtin_tasks.h"
+
+namespace marlaas::tasks {
+namespace {
+
+using json = nlohmann::json;
+
+// A family of one-line functions with a constant k: the spec text, the reference body, and the
+// expected value (as JSON) for an argument.
+struct Family {
+  const char* spec;  // %d is k
+  const char* param;
+  const char* body;  // %d is k
+  json (*expect)(const json& arg, int k);
+  bool string_arg;
+};
+
+const Family kFamilies[] = {
+    {"returns x times %d", "x", "x * %d",
+     [](const json& a, int k) { return json(a.get<int64_t>() * k); }, false},
+    {"returns x plus %d", "x", "x + %d",
+     [](const json& a, int k) { return json(a.get<int64_t>() + k); }, false},
+    {"returns the remainder of x divided by %d", "x", "x %% %d",
+     [](const json& a, int k) { return json(((a.get<int64_t>() % k) + k) % k); }, false},
+    {"returns True if x is divisible by %d, else False", "x", "x %% %d == 0",
+     [](const json& a, int k) { return json(a.get<int64_t>() % k == 0); }, false},
+    {"returns the string s repeated %d times", "s", "s * %d",
+     [](const json& a, int k) {
+       std::string out;
+       for (int i = 0; i < k; ++i) out += a.get<std::string>();
+       return json(out);
+     },
+     true},
+    {"returns the list of the first %d multiples of x, starting with x", "x",
+     "[x * i for i in range(1, %d + 1)]",
+     [](const json& a, int k) {
+       json out = json::array();
+       for (int i = 1; i <= k; ++i) out.push_back(a.get<int64_t>() * i);
+       return out;
+     },
+     false},
+};
+
+std::string Format(const char* fmt, int k) {
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), fmt, k);
+  return buf;
+}
+
+}  // namespace
+
+TaskExample PythonFunctionsTask::Example(uint64_t seed, uint64_t index, int difficulty) const {
+  std::mt19937_64 rng(seed * 0xD1B54A32D192ED03ULL + index * 0x9E3779B97F4A7C15ULL + 29);
+  const size_t families = difficulty <= 1 ? 2 : difficulty == 2 ? 4 : std::size(kFamilies);
+  const size_t f = rng() % families;
+  const Family& fam = kFamilies[f];
+  const int k = 2 + int(rng() % 8);
+  json tests = json::array();
+  for (int i = 0; i < 4; ++i) {
+    json arg = fam.string_arg ? json(std::string(1, char('a' + rng() % 26)) + "b")
+                              : json(int64_t(rng() % 50) - 10);
+    tests.push_back({json::array({arg}), fam.expect(arg, k)});
+  }
+  TaskExample e;
+  e.id = "python_functions-" + std::to_string(seed) + "-" + std::to_string(index);
+  e.prompt = "Q: Write a one-line Python function f(" + std::string(fam.param) + ") that " +
+             Format(fam.spec, k) + ".\nA:";
+  e.reference = json{{"function", "f"}, {"tests", tests}}.dump();
+  e.metadata_json =
+      json{{"solution", "def f(" + std::string(fam.param) + "): return " + Format(fam.body, k)},
+           {"wrong", "def f(" + std::string(fam.param) + "): return " + Format(fam.body, k + 1)}}
+          .dump();
+  return e;
+}
+
+sandbox::Verdict PythonFunctionsTask::Verify(const TaskExample& e,
+                                             const std::string& completion) const {
+  // The candidate is the completion's first line (a one-line function).
+  std::string code = completion.substr(0, completion.find('\n'));
+  while (!code.empty() && code.front() == ' ') code.erase(0, 1);
+  if (code.rfind("def ", 0) != 0) {
+    sandbox::Verdict v;
+    v.outcome = pb::OUTCOME_FORMAT_ERROR;
+    v.detail = "the answer is not a one-line def";
+    return v;
+  }
+  json ref = json::parse(e.reference);
+  sandbox::PythonTestsSpec spec;
+  spec.function_name = ref["function"];
+  for (const auto& t : ref["tests"]) spec.tests.push_back({t[0].dump(), t[1].dump()});
+  spec.limits.wall_timeout_ms = 2000;
+  return sandbox::VerifyPythonFunction(code + "\n", spec);
+}
+
+std::string PythonFunctionsTask::CorpusDocument(const TaskExample& e, bool correct,
+                                                uint64_t) const {
+  json meta = json::parse(e.metadata_json);
+  return e.prompt + " " + meta[correct ? "solution" : "wrong"].get<std::string>() + "\n";
+}
+
+}  // namespace marlaas::tasks

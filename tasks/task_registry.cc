@@ -1,0 +1,62 @@
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "tasks/builtin_tasks.h"
+#include "tasks/task.h"
+
+namespace marlaas::tasks {
+
+using json = nlohmann::json;
+
+const std::vector<std::string>& BuiltinTaskNames() {
+  static const std::vector<std::string> kNames = {"arithmetic", "countdown", "python_functions",
+                                                  "calculator_tool"};
+  return kNames;
+}
+
+Result<std::unique_ptr<Task>> MakeTask(const std::string& name) {
+  if (name == "arithmetic") return std::unique_ptr<Task>(new ArithmeticTask());
+  if (name == "countdown") return std::unique_ptr<Task>(new CountdownTask());
+  if (name == "python_functions") return std::unique_ptr<Task>(new PythonFunctionsTask());
+  if (name == "calculator_tool") return std::unique_ptr<Task>(new CalculatorToolTask());
+  return Status(StatusCode::kNotFound, "no built-in task '" + name + "'");
+}
+
+std::string ToJsonl(const TaskExample& e) {
+  json meta = json::parse(e.metadata_json.empty() ? "{}" : e.metadata_json, nullptr, false);
+  return json{{"id", e.id}, {"prompt", e.prompt}, {"reference", e.reference}, {"metadata", meta}}
+      .dump();
+}
+
+Result<TaskExample> FromJsonl(const std::string& line) {
+  json j = json::parse(line, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return Status(StatusCode::kInvalidArgument, "JSONL line is not a JSON object");
+  for (const char* k : {"id", "prompt", "reference"}) {
+    if (!j.contains(k) || !j[k].is_string()) {
+      return Status(StatusCode::kInvalidArgument,
+                    std::string("JSONL field '") + k + "' missing or not a string");
+    }
+  }
+  TaskExample e{j["id"], j["prompt"], j["reference"],
+                j.contains("metadata") ? j["metadata"].dump() : "{}"};
+  return e;
+}
+
+std::vector<std::string> BuiltinCorpus(uint64_t seed, size_t per_task, double correct_rate) {
+  std::vector<std::unique_ptr<Task>> tasks;
+  for (const auto& n : BuiltinTaskNames()) tasks.push_back(std::move(*MakeTask(n)));
+  std::mt19937_64 rng(seed ^ 0x5eedc0de);
+  std::uniform_real_distribution<double> coin(0.0, 1.0);
+  std::vector<std::string> docs;
+  for (size_t i = 0; i < per_task; ++i) {
+    for (const auto& t : tasks) {
+      const TaskExample e = t->Example(seed, i, 1 + int(i % 3));
+      const bool correct = coin(rng) < correct_rate;
+      docs.push_back(t->CorpusDocument(e, correct, rng()));
+    }
+  }
+  return docs;
+}
+
+}  // namespace marlaas::tasks
