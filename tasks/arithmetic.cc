@@ -24,22 +24,4 @@ ArithmeticProblem ArithmeticProblemAt(uint64_t seed, uint64_t index, int difficu
   return {"Q: " + expr + "=\nA:", " " + std::to_string(value), value};
 }
 
-std::vector<std::string> ArithmeticCorpus(uint64_t seed, size_t documents, double correct_rate) {
-  std::vector<std::string> out;
-  std::mt19937_64 rng(seed ^ 0xc0ffeeULL);
-  std::uniform_real_distribution<double> coin(0.0, 1.0);
-  for (size_t i = 0; i < documents; ++i) {
-    const ArithmeticProblem p = ArithmeticProblemAt(seed, i, 1 + int(i % 3));
-    std::string answer = p.answer;
-    if (coin(rng) >= correct_rate) {
-      int64_t wrong = p.value + int64_t(1 + rng() % 10) * (rng() % 2 ? 1 : -1);
-      std::string w = std::to_string(wrong);
-      if (w.size() > 1 && rng() % 3 == 0) w.pop_back();  // a dropped digit
-      answer = " " + w;
-    }
-    out.push_back(p.prompt + answer + "\n");
-  }
-  return out;
-}
-
 }  // namespace marlaas::tasks
