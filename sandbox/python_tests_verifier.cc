@@ -10,14 +10,37 @@ namespace {
 using json = nlohmann::json;
 
 // Runs inside the sandbox as PID 1. The candidate's own prints are swallowed; results go to the
-// real stdout, one tagged line per case.
+// real stdout, one tagged line per case, JSON-encoded by hand: importing the json module would
+// cost ~6 ms per verification, a third of the whole run. INPUTS is spliced in as a literal.
 constexpr const char kHarness[] = R"PY(
-import io, json, sys
+import io, sys
 nonce, fname = sys.argv[1], sys.argv[2]
-inputs = json.load(open('inputs.json'))
+def enc(v):
+    if v is None: return 'null'
+    if v is True: return 'true'
+    if v is False: return 'false'
+    t = type(v)
+    if t is int: return str(v)
+    if t is float: return repr(v) if v == v and abs(v) != float('inf') else enc(repr(v))
+    if t is str:
+        out = []
+        for c in v:
+            o = ord(c)
+            if c == '"' or c == '\\' or o < 32 or o > 126:
+                if o > 0xFFFF:
+                    o -= 0x10000
+                    out.append('\\u%04x\\u%04x' % (0xD800 + (o >> 10), 0xDC00 + (o & 0x3FF)))
+                else:
+                    out.append('\\u%04x' % o)
+            else:
+                out.append(c)
+        return '"' + ''.join(out) + '"'
+    if t is list or t is tuple: return '[' + ','.join(enc(x) for x in v) + ']'
+    if t is dict: return '{' + ','.join(enc(str(k)) + ':' + enc(x) for k, x in v.items()) + '}'
+    return enc(repr(v))
 out = sys.stdout
-def report(obj, i=-1):
-    out.write('%s %d %s\n' % (nonce, i, json.dumps(obj, sort_keys=True, default=repr)))
+def report(key, value, i=-1):
+    out.write('%s %d {"%s":%s}\n' % (nonce, i, key, enc(value)))
     out.flush()
 try:
     sys.stdout = io.StringIO()
@@ -26,18 +49,38 @@ try:
     fn = ns[fname]
 except BaseException as e:
     sys.stdout = out
-    report({'load_error': type(e).__name__})
+    report('load_error', type(e).__name__)
     sys.exit(0)
-for i, args in enumerate(inputs):
+for i, args in enumerate(INPUTS):
     try:
         sys.stdout = io.StringIO()
         value = fn(*args)
         sys.stdout = out
-        report({'value': value}, i)
+        report('value', value, i)
     except BaseException as e:
         sys.stdout = out
-        report({'error': type(e).__name__}, i)
+        report('error', type(e).__name__, i)
 )PY";
+
+// A JSON value as a Python literal (JSON strings are valid Python string literals).
+std::string PythonLiteral(const json& v) {
+  if (v.is_null()) return "None";
+  if (v.is_boolean()) return v.get<bool>() ? "True" : "False";
+  if (v.is_array()) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + PythonLiteral(v[i]);
+    return s + "]";
+  }
+  if (v.is_object()) {
+    std::string s = "{";
+    bool first = true;
+    for (auto it = v.begin(); it != v.end(); ++it, first = false) {
+      s += (first ? "" : ",") + json(it.key()).dump() + ":" + PythonLiteral(it.value());
+    }
+    return s + "}";
+  }
+  return v.dump();  // numbers and strings
+}
 
 std::string Nonce() {
   std::random_device rd;
@@ -131,8 +174,8 @@ Verdict VerifyPythonFunction(const std::string& candidate, const PythonTestsSpec
     const std::string nonce = Nonce();
     SandboxRequest req;
     req.argv = {"/usr/bin/python3", "-I", "-S", "harness.py", nonce, spec.function_name};
-    req.files = {
-        {"harness.py", kHarness}, {"candidate.py", candidate}, {"inputs.json", inputs.dump()}};
+    req.files = {{"harness.py", "INPUTS = " + PythonLiteral(inputs) + "\n" + kHarness},
+                 {"candidate.py", candidate}};
     req.limits = spec.limits;
     auto r = RunSandboxed(req);
     if (!r.ok()) {

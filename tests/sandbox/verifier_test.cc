@@ -59,6 +59,25 @@ TEST(PythonTestsVerifierTest, RaisingNeverPassesEvenWhenNoneIsExpected) {
             pb::OUTCOME_RUNTIME_ERROR);
 }
 
+// Results travel as JSON written by the harness's own encoder: quotes, control characters,
+// non-ASCII and non-BMP text, tuples, nested dicts, floats and booleans must survive it.
+TEST(PythonTestsVerifierTest, ValuesOfEveryJsonShapeRoundTrip) {
+  PythonTestsSpec s;
+  s.function_name = "h";
+  s.tests = {{R"(["x\"y\n", {"k": [1, null]}])",
+              R"(["x\"y\n", "é🙂\\", [1, 2.5], {"k": [1, null], "n": true}, false])"}};
+  const std::string candidate =
+      "def h(s, d):\n"
+      "    d = dict(d)\n    d['n'] = True\n"
+      "    return [s, 'é🙂\\\\', (1, 2.5), d, False]\n";
+  auto v = VerifyPythonFunction(candidate, s);
+  EXPECT_EQ(v.outcome, pb::OUTCOME_OK) << v.detail;
+  // Types are compared as JSON: True is not 1.
+  s.tests = {{"[]", "1"}};
+  EXPECT_EQ(VerifyPythonFunction("def h():\n    return True\n", s).outcome,
+            pb::OUTCOME_WRONG_ANSWER);
+}
+
 TEST(PythonTestsVerifierTest, ResourceOutcomesAreDistinguished) {
   PythonTestsSpec s = SquareSpec();
   s.limits.wall_timeout_ms = 500;
