@@ -1,0 +1,88 @@
+#include "rl/multi_tenant_step.h"
+
+#include "model/token_logprobs.h"
+
+namespace marlaas::rl {
+
+std::vector<TenantStepResult> MultiTenantStep(const model::Transformer& model,
+                                              std::vector<TenantStep>& tenants) {
+  // One padded batch, rows grouped by tenant.
+  int64_t rows = 0, max_len = 2;
+  for (const TenantStep& t : tenants) {
+    rows += int64_t(t.completions.size());
+    for (const Completion& c : t.completions) {
+      TORCH_CHECK(
+          c.tokens.size() == c.behaviour_logprobs.size() && c.tokens.size() == c.loss_mask.size(),
+          "tokens, behaviour log-probs and loss mask must align");
+      max_len = std::max<int64_t>(max_len, int64_t(c.tokens.size()));
+    }
+  }
+  std::vector<TenantStepResult> results(tenants.size());
+  if (rows == 0) return results;
+  auto tokens = torch::zeros({rows, max_len}, torch::kInt64);
+  auto behaviour = torch::zeros({rows, max_len});
+  auto mask = torch::zeros({rows, max_len});
+  model::LoraRouting routing;
+  std::vector<int64_t> first_row(tenants.size());
+  int64_t r = 0;
+  for (size_t k = 0; k < tenants.size(); ++k) {
+    routing.adapters.push_back(tenants[k].adapter);
+    first_row[k] = r;
+    for (const Completion& c : tenants[k].completions) {
+      const int64_t n = int64_t(c.tokens.size());
+      tokens[r].narrow(0, 0, n).copy_(
+          torch::tensor(std::vector<int64_t>(c.tokens.begin(), c.tokens.end())));
+      behaviour[r].narrow(0, 0, n).copy_(torch::tensor(c.behaviour_logprobs));
+      mask[r].narrow(0, 0, n).copy_(
+          torch::tensor(std::vector<float>(c.loss_mask.begin(), c.loss_mask.end())));
+      routing.row_adapter.push_back(int32_t(k));
+      ++r;
+    }
+  }
+  // The log-prob of token t comes from the logits at position t - 1. Tenants may sample at
+  // different temperatures, so the fused op runs per tenant on its rows.
+  const auto hidden = model.Hidden(tokens, &routing);
+  const auto& lm_head = model.weights().lm_head;
+  torch::Tensor total;
+  for (size_t k = 0; k < tenants.size(); ++k) {
+    const TenantStep& t = tenants[k];
+    const int64_t n = int64_t(t.completions.size());
+    if (n == 0) continue;
+    auto h = hidden.narrow(0, first_row[k], n).narrow(1, 0, max_len - 1);
+    auto logits = torch::matmul(h, lm_head.t()).reshape({n * (max_len - 1), -1});
+    auto targets = tokens.narrow(0, first_row[k], n).narrow(1, 1, max_len - 1).reshape({-1});
+    auto logp = model::TokenLogprobs(logits, targets, t.temperature).view({n, max_len - 1});
+    std::vector<float> adv;
+    for (const Completion& c : t.completions) adv.push_back(c.advantage);
+    TenantBatch b{logp, behaviour.narrow(0, first_row[k], n).narrow(1, 1, max_len - 1),
+                  mask.narrow(0, first_row[k], n).narrow(1, 1, max_len - 1), torch::tensor(adv),
+                  torch::Tensor()};
+    if (t.grpo.kl_beta > 0) {
+      torch::NoGradGuard no_grad;  // the base: same weights, LoRA off
+      auto ref_hidden =
+          model.Hidden(tokens.narrow(0, first_row[k], n), nullptr).narrow(1, 0, max_len - 1);
+      auto ref_logits = torch::matmul(ref_hidden, lm_head.t()).reshape({n * (max_len - 1), -1});
+      b.ref_logprobs =
+          model::TokenLogprobs(ref_logits, targets, t.temperature).view({n, max_len - 1});
+    }
+    GrpoLoss loss = ComputeGrpoLoss(b, t.grpo);
+    results[k].loss = loss.loss.item<double>();
+    results[k].clip_fraction = loss.clip_fraction;
+    results[k].tokens = loss.tokens;
+    total = total.defined() ? total + loss.loss : loss.loss;
+  }
+  for (TenantStep& t : tenants) t.optimizer->zero_grad();
+  total.backward();
+  for (size_t k = 0; k < tenants.size(); ++k) {
+    TenantStep& t = tenants[k];
+    auto& flat = t.adapter->flat();
+    if (!flat.grad().defined()) continue;
+    results[k].grad_norm = flat.grad().norm().item<double>();
+    if (t.grad_clip > 0)
+      torch::nn::utils::clip_grad_norm_(std::vector<torch::Tensor>{flat}, t.grad_clip);
+    t.optimizer->step();
+  }
+  return results;
+}
+
+}  // namespace marlaas::rl
