@@ -14,7 +14,7 @@
 
 namespace marlaas {
 
-inline constexpr uint32_t kMetricsLayoutVersion = 1;
+inline constexpr uint32_t kMetricsLayoutVersion = 2;
 inline constexpr int kStalenessBuckets = 8;  // staleness 0..6, and >= 7
 
 struct EngineMetrics {
@@ -38,6 +38,12 @@ struct TenantMetrics {
   double reward_sq_sum;
   uint64_t verifier_errors;
   uint64_t staleness[kStalenessBuckets];
+  // GRPO groups: rollout = committed to its ring; verifier = scored; trainer = trained.
+  uint64_t groups;
+  uint64_t groups_dropped;  // trainer: dropped with a logged reason (failed, stale, finished)
+  uint64_t cursor;          // rollout: next prompt index (its data cursor)
+  double last_reward_mean;  // trainer: mean reward of the last step's groups
+  char last_error[96];      // the latest problem of this tenant in this stage ("" when none)
 };
 
 struct MetricsLayout {

@@ -7,6 +7,11 @@ namespace marlaas::cli {
 
 const std::vector<Command>& Commands() {
   static const std::vector<Command> kCommands = {
+      {"demo", "[--state-dir DIR] [--summary FILE] [--tenants N] [--steps N]",
+       "pretrain the tiny base if needed, train 8 tenants on the 4 built-in tasks, and report",
+       RunDemo},
+      {"serve", "--job FILE [--job FILE ...] [--state-dir DIR] [--model-dir DIR]",
+       "run the service on these jobs until every tenant is done, with a live table", RunServe},
       {"validate", "JOB.json", "check a job spec and print it with every default filled in",
        RunValidate},
       {"segments", "[--instance NAME]", "list MARLaaS shared-memory segments and their owners",

@@ -1,0 +1,35 @@
+#include "procs/cli/base_model.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include "model/pretrain.h"
+#include "tasks/task.h"
+
+namespace marlaas::cli {
+
+std::string DefaultStateDir() {
+  if (const char* s = std::getenv("MARLAAS_STATE_DIR"); s && *s) return s;
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/tmp") + "/.local/share/marlaas";
+}
+
+Result<std::string> EnsureTinyBase(const std::string& state_dir, double* seconds, bool* cached) {
+  const auto t0 = std::chrono::steady_clock::now();
+  model::PretrainOptions o;
+  o.out_dir = state_dir + "/models/tiny";
+  o.on_progress = [](const model::PretrainProgress& p) {
+    std::fprintf(stderr, "\rpretraining the tiny base: step %d/%d  loss %.3f ", p.step, p.steps,
+                 double(p.loss));
+    if (p.step == p.steps) std::fprintf(stderr, "\n");
+  };
+  const auto corpus = tasks::BuiltinCorpus(o.seed, 10000, 0.5);
+  MARLAAS_ASSIGN_OR_RETURN(model::PretrainReport r, model::Pretrain(o, corpus));
+  if (seconds)
+    *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (cached) *cached = r.cached;
+  return o.out_dir;
+}
+
+}  // namespace marlaas::cli

@@ -1,0 +1,32 @@
+// Runs a set of jobs on a fresh service until every tenant is done (or a time limit), printing
+// the live table; shared by `marlaas serve` and `marlaas demo`.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "procs/serve/monitor.h"
+#include "procs/serve/service.h"
+
+namespace marlaas::cli {
+
+struct RunJobsOptions {
+  serve::ServiceOptions service;
+  std::vector<pb::JobSpec> jobs;
+  double timeout_s = 3600;
+  double print_every_s = 2;
+  bool quiet = false;
+};
+
+struct RunJobsReport {
+  bool timed_out = false;
+  double wall_s = 0;
+  double rollout_util = 0, trainer_util = 0, verifier_util = 0;
+  std::vector<serve::UtilSample> timeline;
+  std::vector<serve::TenantView> tenants;  // final state
+  int stage_restarts = 0;
+};
+
+Result<RunJobsReport> RunJobs(const RunJobsOptions& options);
+
+}  // namespace marlaas::cli

@@ -1,0 +1,18 @@
+// A minimal SVG line chart (axes, a polyline per series, a legend), for the demo report.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace marlaas::cli {
+
+struct ChartSeries {
+  std::string name;
+  std::vector<std::pair<double, double>> points;  // (x, y)
+};
+
+std::string LineChartSvg(const std::string& title, const std::string& x_label,
+                         const std::string& y_label, const std::vector<ChartSeries>& series);
+
+}  // namespace marlaas::cli

@@ -1,0 +1,95 @@
+#include "procs/common/evaluation.h"
+
+#include "model/base_weights.h"
+#include "model/generator.h"
+#include "model/lora_adapter.h"
+#include "model/tokenizer.h"
+#include "model/transformer.h"
+#include "procs/common/task_source.h"
+#include "sandbox/tool_syntax.h"
+
+namespace marlaas::pipeline {
+
+Result<EvalResult> EvaluateHeldOut(const std::string& model_dir, const pb::JobSpec& spec,
+                                   const std::string& adapter_dir, int n) {
+  MARLAAS_ASSIGN_OR_RETURN(auto weights, model::BaseWeights::Load(model_dir));
+  MARLAAS_ASSIGN_OR_RETURN(model::Tokenizer tok,
+                           model::Tokenizer::Load(model_dir + "/tokenizer.json"));
+  MARLAAS_ASSIGN_OR_RETURN(auto source, TaskSource::ForJob(spec));
+  std::shared_ptr<const model::LoraAdapter> adapter;
+  if (!adapter_dir.empty()) {
+    MARLAAS_ASSIGN_OR_RETURN(model::LoraAdapter a,
+                             model::LoraAdapter::ImportPeft(adapter_dir, *weights));
+    adapter = std::make_shared<const model::LoraAdapter>(std::move(a));
+  }
+  model::Transformer model(weights);
+  model::Generator gen(model);
+  std::vector<int32_t> stops = tok.Encode("\n");
+  if (auto eot = tok.TokenId("<|endoftext|>")) stops.push_back(*eot);
+  const auto tool_end = tok.TokenId("</tool>");
+  if (tool_end) stops.push_back(*tool_end);
+  n = std::min<int>(n, int(source->eval_count()));
+  struct Item {
+    tasks::TaskExample example;
+    size_t prompt_tokens = 0;
+    std::vector<int32_t> tokens;
+    int generated = 0, turns = 0;
+  };
+  std::vector<Item> items(size_t(std::max(0, n)));
+  const int budget = int(spec.sampling().max_new_tokens());
+  auto add = [&](size_t i) {
+    model::GenerationRequest r;
+    r.id = i;
+    r.prompt = items[i].tokens;
+    r.adapter = adapter;
+    r.sampling.greedy = true;
+    r.max_new_tokens = std::max(1, budget - items[i].generated);
+    r.stop_tokens = stops;
+    gen.Add(std::move(r));
+  };
+  for (size_t i = 0; i < items.size(); ++i) {
+    items[i].example = source->Eval(i);
+    items[i].tokens = tok.Encode(items[i].example.prompt);
+    items[i].prompt_tokens = items[i].tokens.size();
+    add(i);
+  }
+  EvalResult out;
+  out.examples = int(items.size());
+  double sum = 0;
+  while (gen.active() > 0) {
+    for (model::GenerationResult& r : gen.Step()) {
+      Item& it = items[r.id];
+      it.tokens.insert(it.tokens.end(), r.tokens.begin(), r.tokens.end());
+      it.generated += int(r.tokens.size());
+      const std::string text = tok.Decode(
+          std::vector<int32_t>(it.tokens.begin() + long(it.prompt_tokens), it.tokens.end()));
+      if (tool_end && r.hit_stop && r.tokens.back() == *tool_end && it.turns < 2 &&
+          it.generated < budget) {
+        size_t from = 0;
+        std::optional<sandbox::ParsedToolCall> call, last;
+        while ((call = sandbox::FindToolCall(text, from))) {
+          last = call;
+          from = call->end;
+        }
+        if (last && last->end == text.size()) {
+          const sandbox::ToolOutput o = sandbox::ExecuteTool(*last, sandbox::SandboxLimits{});
+          const auto res = tok.Encode(sandbox::FormatToolResult(o.output));
+          it.tokens.insert(it.tokens.end(), res.begin(), res.end());
+          ++it.turns;
+          add(r.id);
+          continue;
+        }
+      }
+      const sandbox::Verdict v = source->Verify(it.example, text);
+      if (v.scored()) {
+        sum += v.reward;
+      } else {
+        ++out.verifier_errors;
+      }
+    }
+  }
+  out.mean_reward = out.examples ? sum / out.examples : 0;
+  return out;
+}
+
+}  // namespace marlaas::pipeline

@@ -1,0 +1,183 @@
+#include "procs/common/pipeline.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdarg>
+#include <cstdio>
+#include <fstream>
+
+#include "base/file_util.h"
+#include "proto/job_spec.h"
+
+namespace marlaas::pipeline {
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void OnStopSignal(int) { g_stop.store(true); }
+
+bool ParsePositiveInt(const std::string& s, int* out) {
+  char* end = nullptr;
+  const long v = std::strtol(s.c_str(), &end, 10);
+  if (s.empty() || *end != '\0' || v < 1 || v > 1024) return false;
+  *out = int(v);
+  return true;
+}
+
+}  // namespace
+
+RingOptions PipelineRingOptions() {
+  RingOptions o;
+  o.capacity_bytes = 32u << 20;
+  o.max_record_bytes = 4u << 20;
+  return o;
+}
+
+Result<StageArgs> ParseStageArgs(const std::vector<std::string>& argv) {
+  StageArgs a;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& f = argv[i];
+    auto value = [&](std::string* out) -> Status {
+      if (i + 1 >= argv.size()) return Status(StatusCode::kInvalidArgument, f + " needs a value");
+      *out = argv[++i];
+      return Status::Ok();
+    };
+    std::string v;
+    if (f == "--instance") {
+      MARLAAS_RETURN_IF_ERROR(value(&a.instance));
+    } else if (f == "--state-dir") {
+      MARLAAS_RETURN_IF_ERROR(value(&a.state_dir));
+    } else if (f == "--model-dir") {
+      MARLAAS_RETURN_IF_ERROR(value(&a.model_dir));
+    } else if (f == "--threads") {
+      MARLAAS_RETURN_IF_ERROR(value(&v));
+      if (!ParsePositiveInt(v, &a.threads))
+        return Status(StatusCode::kInvalidArgument, "--threads takes a whole number >= 1");
+    } else if (f == "--verifier-workers") {
+      MARLAAS_RETURN_IF_ERROR(value(&v));
+      if (!ParsePositiveInt(v, &a.verifier_workers))
+        return Status(StatusCode::kInvalidArgument, "--verifier-workers takes a number >= 1");
+    } else if (f == "--allow-weak-sandbox") {
+      a.allow_weak_sandbox = true;
+    } else {
+      return Status(StatusCode::kInvalidArgument, "unexpected argument '" + f + "'");
+    }
+  }
+  if (a.instance.empty() || a.state_dir.empty() || a.model_dir.empty()) {
+    return Status(StatusCode::kInvalidArgument,
+                  "every stage needs --instance, --state-dir and --model-dir");
+  }
+  return a;
+}
+
+std::vector<std::string> StageArgv(const StageArgs& a) {
+  std::vector<std::string> v = {"--instance",         a.instance,
+                                "--state-dir",        a.state_dir,
+                                "--model-dir",        a.model_dir,
+                                "--threads",          std::to_string(a.threads),
+                                "--verifier-workers", std::to_string(a.verifier_workers)};
+  if (a.allow_weak_sandbox) v.push_back("--allow-weak-sandbox");
+  return v;
+}
+
+std::string TenantDir(const std::string& state_dir, const std::string& tenant) {
+  return state_dir + "/tenants/" + tenant;
+}
+
+Result<pb::JobSpec> LoadTenantJob(const std::string& state_dir, const std::string& tenant) {
+  return LoadJobSpecFile(TenantDir(state_dir, tenant) + "/job.json");
+}
+
+void AppendLine(const std::string& path, const std::string& line) {
+  std::ofstream f(path, std::ios::app);
+  f << line << '\n';
+  if (!f) std::fprintf(stderr, "marlaas: cannot append to %s\n", path.c_str());
+}
+
+Status PushMessage(RingProducer* ring, uint32_t type, const google::protobuf::MessageLite& msg,
+                   Deadline deadline) {
+  const size_t bytes = msg.ByteSizeLong();
+  MARLAAS_ASSIGN_OR_RETURN(unsigned char* dst, ring->Reserve(bytes, deadline));
+  if (!msg.SerializeWithCachedSizesToArray(dst)) {
+    return Status(StatusCode::kInternal, "serialising a record for " + ring->ring_name());
+  }
+  return ring->Commit(type);
+}
+
+Status ParseRecord(const RecordView& record, google::protobuf::MessageLite* msg,
+                   const std::string& ring) {
+  if (!msg->ParseFromArray(record.data, int(record.size))) {
+    return Status(StatusCode::kCorrupt, "record " + std::to_string(record.seq) + " of " + ring +
+                                            " (type " + std::to_string(record.type) +
+                                            ") is not a valid " + msg->GetTypeName());
+  }
+  return Status::Ok();
+}
+
+void InstallStopHandlers() {
+  struct sigaction sa = {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() == 1) g_stop.store(true);  // the supervisor is already gone
+}
+
+bool StopRequested() { return g_stop.load(std::memory_order_relaxed); }
+void RequestStop() { g_stop.store(true); }
+
+void StageLog(const char* role, const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  std::fprintf(stderr, "[%s %d] %s\n", role, int(getpid()), buf);
+}
+
+}  // namespace marlaas::pipeline
+
+#include "shm/adapter_layout.h"
+
+namespace marlaas::pipeline {
+
+Result<uint32_t> TargetMaskOf(const pb::JobSpec& spec) {
+  if (spec.lora().targets().empty()) return (1u << kNumLoraTargets) - 1;
+  uint32_t mask = 0;
+  for (const std::string& name : spec.lora().targets()) {
+    bool found = false;
+    for (int t = 0; t < kNumLoraTargets; ++t) {
+      if (name == LoraTargetName(LoraTarget(t))) {
+        mask |= 1u << t;
+        found = true;
+      }
+    }
+    if (!found) return Status(StatusCode::kInvalidArgument, "unknown LoRA target '" + name + "'");
+  }
+  return mask;
+}
+
+}  // namespace marlaas::pipeline
+
+namespace marlaas::pipeline {
+
+int StageMain(int argc, char** argv, const char* role, Status (*run)(const StageArgs&)) {
+  auto args = ParseStageArgs(std::vector<std::string>(argv + 1, argv + argc));
+  if (!args.ok()) {
+    std::fprintf(stderr, "marlaas-%s: %s\n", role, args.status().ToString().c_str());
+    return 2;
+  }
+  InstallStopHandlers();
+  Status st = run(*args);
+  if (!st.ok()) {
+    StageLog(role, "stopped: %s", st.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace marlaas::pipeline

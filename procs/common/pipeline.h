@@ -1,0 +1,88 @@
+// What the stage processes (rollout, verifier, trainer) and their supervisor (serve) agree on:
+// ring names and record types, the command line every stage takes, where a tenant's files live
+// in the state dir, and small helpers to move protobuf messages through rings. Pure wiring; any
+// thread unless a function says otherwise.
+#pragma once
+
+#include <google/protobuf/message_lite.h>
+
+#include <string>
+#include <vector>
+
+#include "base/deadline.h"
+#include "base/status.h"
+#include "proto/marlaas.pb.h"
+#include "shm/ring_consumer.h"
+#include "shm/ring_layout.h"
+#include "shm/ring_producer.h"
+
+namespace marlaas::pipeline {
+
+// Record types on the rings.
+enum RecordType : uint32_t {
+  kGroupRecord = 1,       // pb::TrajectoryGroup
+  kToolCallRecord = 2,    // pb::ToolCall
+  kToolResultRecord = 3,  // pb::ToolResult
+};
+
+// Ring segment names (under the service instance) and sizes.
+inline constexpr char kTrajRing[] = "ring.traj";      // rollout -> verifier: groups, tool calls
+inline constexpr char kToolRing[] = "ring.tools";     // verifier -> rollout: tool results
+inline constexpr char kScoredRing[] = "ring.scored";  // verifier -> trainer: scored groups
+RingOptions PipelineRingOptions();
+
+// Metrics segment roles.
+inline constexpr char kRolloutRole[] = "rollout";
+inline constexpr char kVerifierRole[] = "verifier";
+inline constexpr char kTrainerRole[] = "trainer";
+
+// The command line of every stage process:
+//   --instance ID --state-dir DIR --model-dir DIR [--threads N] [--verifier-workers N]
+//   [--allow-weak-sandbox]
+struct StageArgs {
+  std::string instance;
+  std::string state_dir;
+  std::string model_dir;
+  int threads = 1;
+  int verifier_workers = 2;
+  bool allow_weak_sandbox = false;
+};
+Result<StageArgs> ParseStageArgs(const std::vector<std::string>& argv);
+std::vector<std::string> StageArgv(const StageArgs& args);
+
+// <state_dir>/tenants/<tenant>: job.json (written by serve), checkpoints/, trainer.log,
+// produced.log, steps.jsonl.
+std::string TenantDir(const std::string& state_dir, const std::string& tenant);
+Result<pb::JobSpec> LoadTenantJob(const std::string& state_dir, const std::string& tenant);
+
+// Appends one line (a newline is added) to `path`; best effort, errors go to stderr.
+void AppendLine(const std::string& path, const std::string& line);
+
+// Serialises `msg` straight into the ring (no intermediate copy) as one record.
+Status PushMessage(RingProducer* ring, uint32_t type, const google::protobuf::MessageLite& msg,
+                   Deadline deadline);
+// Parses a record's payload; kCorrupt naming the ring when it is not a valid `msg`.
+Status ParseRecord(const RecordView& record, google::protobuf::MessageLite* msg,
+                   const std::string& ring);
+
+// The calling stage's stop flag, set by SIGTERM/SIGINT (InstallStopHandlers) or when the
+// supervisor dies (the stage also asks the kernel for SIGTERM on parent death).
+void InstallStopHandlers();
+bool StopRequested();
+void RequestStop();
+
+// A line on stderr prefixed with the stage role and pid: "[trainer 1234] ...".
+void StageLog(const char* role, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+}  // namespace marlaas::pipeline
+
+namespace marlaas::pipeline {
+// The LoRA target mask of a job spec (all seven targets when the list is empty).
+Result<uint32_t> TargetMaskOf(const pb::JobSpec& spec);
+}  // namespace marlaas::pipeline
+
+namespace marlaas::pipeline {
+// The whole main() of a stage process: parses StageArgs, installs the stop handlers, runs `run`
+// and turns its Status into the exit code (0 ok, 1 failed, 2 bad usage).
+int StageMain(int argc, char** argv, const char* role, Status (*run)(const StageArgs&));
+}  // namespace marlaas::pipeline

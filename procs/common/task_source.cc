@@ -1,0 +1,84 @@
+#include "procs/common/task_source.h"
+
+#include <fstream>
+
+#include "base/file_util.h"
+#include "sandbox/command_verifier.h"
+
+namespace marlaas::pipeline {
+
+Result<std::unique_ptr<TaskSource>> TaskSource::ForJob(const pb::JobSpec& spec) {
+  auto s = std::make_unique<TaskSource>();
+  s->spec_ = spec;
+  if (spec.task() != "custom") {
+    MARLAAS_ASSIGN_OR_RETURN(s->task_, tasks::MakeTask(spec.task()));
+    return s;
+  }
+  const std::string& path = spec.dataset().jsonl_path();
+  std::ifstream in(path);
+  if (!in) return Status(StatusCode::kNotFound, "dataset " + path + " cannot be read");
+  std::string line;
+  size_t n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto e = tasks::FromJsonl(line);
+    if (!e.ok()) return e.status().Annotate(path + ":" + std::to_string(n));
+    s->rows_.push_back(std::move(*e));
+  }
+  if (s->rows_.empty())
+    return Status(StatusCode::kInvalidArgument, "dataset " + path + " is empty");
+  const size_t eval = spec.dataset().eval_prompts();
+  s->eval_rows_ = s->rows_.size() > eval ? eval : 0;
+  return s;
+}
+
+tasks::TaskExample TaskSource::Train(uint64_t index) const {
+  if (task_)
+    return task_->Example(spec_.dataset().seed(), index, int(spec_.dataset().difficulty()));
+  const size_t n = rows_.size() - eval_rows_;
+  return rows_[eval_rows_ + size_t(index % n)];
+}
+
+tasks::TaskExample TaskSource::Eval(uint64_t index) const {
+  if (task_)
+    return task_->Example(spec_.dataset().seed() + 1000003, index,
+                          int(spec_.dataset().difficulty()));
+  return rows_[size_t(index % (eval_rows_ ? eval_rows_ : rows_.size()))];
+}
+
+size_t TaskSource::eval_count() const {
+  if (task_) return spec_.dataset().eval_prompts();
+  return eval_rows_ ? eval_rows_ : std::min<size_t>(rows_.size(), spec_.dataset().eval_prompts());
+}
+
+bool TaskSource::runs_untrusted_code() const {
+  return !task_ || spec_.task() == "python_functions";
+}
+
+sandbox::Verdict TaskSource::Verify(const tasks::TaskExample& example,
+                                    const std::string& completion) const {
+  if (task_) return task_->Verify(example, completion);
+  sandbox::CommandVerifierSpec v;
+  // Script arguments that name host files travel into the sandbox's work dir.
+  for (int i = 0; i < spec_.verifier().command_size(); ++i) {
+    const std::string& arg = spec_.verifier().command(i);
+    auto body = i > 0 ? ReadFile(arg) : Result<std::string>(Status(StatusCode::kNotFound, ""));
+    if (body.ok()) {
+      const std::string name = arg.substr(arg.rfind('/') + 1);
+      v.files.emplace_back(name, std::move(*body));
+      v.argv.push_back(name);
+    } else {
+      v.argv.push_back(arg);
+    }
+  }
+  const pb::SandboxLimits& l = spec_.sandbox();
+  v.limits.wall_timeout_ms = l.timeout_ms();
+  v.limits.cpu_seconds = std::max<uint32_t>(1, (l.timeout_ms() + 999) / 1000);
+  v.limits.memory_bytes = uint64_t(l.memory_mb()) << 20;
+  v.limits.max_output_bytes = l.max_output_bytes();
+  v.limits.max_processes = l.max_processes();
+  return sandbox::RunCommandVerifier(v, example.prompt, completion, example.metadata_json);
+}
+
+}  // namespace marlaas::pipeline

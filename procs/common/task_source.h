@@ -1,0 +1,40 @@
+// TaskSource: a tenant's examples and its verifier, as its job spec defines them. Built-in tasks
+// generate examples from (dataset.seed, index, difficulty); held-out evaluation examples come
+// from a separate stream (seed + 1000003) that training never sees. Task "custom" reads a JSONL
+// dataset ({"id","prompt","reference","metadata"} per line): its first eval_prompts lines are the
+// held-out set when the file has more lines than that, the rest are training prompts; its
+// verifier is the tenant's command run in the sandbox. Const methods are thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "proto/marlaas.pb.h"
+#include "sandbox/verdict.h"
+#include "tasks/task.h"
+
+namespace marlaas::pipeline {
+
+class TaskSource {
+ public:
+  static Result<std::unique_ptr<TaskSource>> ForJob(const pb::JobSpec& spec);
+
+  // Training example `index`; any index is valid (datasets wrap around).
+  tasks::TaskExample Train(uint64_t index) const;
+  // Held-out example `index`, 0 <= index < eval_count().
+  tasks::TaskExample Eval(uint64_t index) const;
+  size_t eval_count() const;
+  // Whether verifying runs untrusted code (in the sandbox).
+  bool runs_untrusted_code() const;
+  sandbox::Verdict Verify(const tasks::TaskExample& example, const std::string& completion) const;
+
+ private:
+  pb::JobSpec spec_;
+  std::unique_ptr<tasks::Task> task_;     // built-in tasks
+  std::vector<tasks::TaskExample> rows_;  // custom: the dataset
+  size_t eval_rows_ = 0;                  // custom: rows [0, eval_rows_) are held out
+};
+
+}  // namespace marlaas::pipeline

@@ -1,0 +1,493 @@
+#include "procs/rollout/rollout.h"
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <thread>
+#include <unordered_map>
+
+#include "base/process.h"
+#include "model/base_weights.h"
+#include "model/compute_threads.h"
+#include "model/generator.h"
+#include "model/lora_adapter.h"
+#include "model/tokenizer.h"
+#include "model/transformer.h"
+#include "procs/common/task_source.h"
+#include "procs/common/tenant_watcher.h"
+#include "sandbox/tool_syntax.h"
+#include "shm/adapter_store.h"
+#include "shm/metrics.h"
+#include "shm/tenant_table.h"
+
+namespace marlaas::rollout {
+namespace {
+
+using pipeline::StageLog;
+constexpr const char* kRole = "rollout";
+constexpr size_t kMaxActiveSequences = 96;
+constexpr int kMaxToolTurns = 2;
+constexpr int64_t kToolTimeoutNs = 30'000'000'000;
+
+struct RolloutTenant {
+  int row = -1;
+  std::string id;
+  uint64_t generation = 0;
+  pb::JobSpec spec;
+  std::unique_ptr<pipeline::TaskSource> source;
+  AdapterLayout layout{};
+  std::shared_ptr<const model::LoraAdapter> adapter;  // latest published
+  uint64_t version = 0;
+  uint64_t open_groups = 0;  // started here, not yet committed
+  uint64_t retired = 0;      // trainer: trained + dropped
+  uint64_t dropped = 0;      // trainer: dropped
+  bool finished = false;     // trainer reached max_steps, or the tenant left
+  TenantMetrics metrics{};   // ours: groups committed, cursor, samples, tokens
+};
+
+struct OpenGroup {
+  RolloutTenant* tenant;
+  pb::TrajectoryGroup group;
+  int remaining = 0;
+};
+
+struct Sequence {
+  uint64_t id;  // the generator request id
+  OpenGroup* group;
+  int index;  // in the group
+  std::shared_ptr<const model::LoraAdapter> adapter;
+  std::vector<int32_t> tokens;  // prompt + everything since
+  std::vector<float> logprobs;
+  std::vector<uint8_t> mask;
+  uint32_t prompt_tokens = 0;
+  int generated = 0;
+  int tool_turns = 0;
+  uint64_t seed = 0;
+  pb::Trajectory* traj;       // inside group->group
+  uint64_t waiting_call = 0;  // parked on this tool call
+  int64_t parked_at = 0;
+};
+
+uint64_t Mix(uint64_t a, uint64_t b) {
+  uint64_t x = a * 0x9e3779b97f4a7c15ULL ^ (b + 0x632be59bd9b4e019ULL + (a << 6) + (a >> 2));
+  x ^= x >> 31;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  return x ^ (x >> 29);
+}
+
+class Rollout {
+ public:
+  Rollout(const pipeline::StageArgs& args, std::shared_ptr<const model::BaseWeights> base,
+          model::Tokenizer tok, TenantTable table, AdapterStore store, MetricsSegment metrics,
+          MetricsSegment trainer_metrics, RingProducer out, RingConsumer tool_results)
+      : args_(args),
+        base_(std::move(base)),
+        model_(base_),
+        gen_(model_),
+        tok_(std::move(tok)),
+        table_(std::move(table)),
+        store_(std::move(store)),
+        metrics_(std::move(metrics)),
+        trainer_metrics_(std::move(trainer_metrics)),
+        out_(std::move(out)),
+        tool_results_(std::move(tool_results)),
+        watcher_(&table_, args.state_dir, kRole) {
+    const ProcessIdentity self = SelfIdentity();
+    incarnation_ = uint32_t(Mix(uint64_t(self.pid), self.start_ticks));
+    stops_ = tok_.Encode("\n");
+    if (auto eot = tok_.TokenId("<|endoftext|>")) stops_.push_back(*eot);
+    if (auto t = tok_.TokenId("</tool>")) {
+      tool_end_ = *t;
+      stops_.push_back(*t);
+    }
+  }
+
+  Status Run();
+
+ private:
+  void SyncTenants();
+  void RefreshAdapter(RolloutTenant* t);
+  void StartGroups();
+  void StartGroup(RolloutTenant* t);
+  void AddToGenerator(Sequence* s);
+  void OnFinished(model::GenerationResult& r);
+  void FinishSequence(Sequence* s);
+  void DrainToolResults();
+  void ExpireToolCalls();
+  void FlushOutputs();
+  void StoreMetrics();
+
+  pipeline::StageArgs args_;
+  std::shared_ptr<const model::BaseWeights> base_;
+  model::Transformer model_;
+  model::Generator gen_;
+  model::Tokenizer tok_;
+  TenantTable table_;
+  AdapterStore store_;
+  MetricsSegment metrics_;
+  MetricsSegment trainer_metrics_;
+  RingProducer out_;
+  RingConsumer tool_results_;
+  pipeline::TenantWatcher watcher_;
+  uint32_t incarnation_;
+  std::vector<int32_t> stops_;
+  int32_t tool_end_ = -1;
+
+  std::map<int, std::unique_ptr<RolloutTenant>> tenants_;
+  std::unordered_map<uint64_t, std::unique_ptr<OpenGroup>> groups_;  // by group id
+  std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;     // by generator id
+  std::unordered_map<uint64_t, uint64_t> parked_;                    // call id -> seq id
+  std::deque<std::pair<uint32_t, std::string>> outbox_;  // (type, serialised) not yet committed
+  std::deque<std::pair<RolloutTenant*, uint64_t>> outbox_groups_;  // tenant per group record
+  uint64_t next_seq_id_ = 1, next_group_ = 0, next_call_ = 1;
+  size_t next_tenant_rr_ = 0;
+  EngineMetrics engine_{};
+};
+
+void Rollout::RefreshAdapter(RolloutTenant* t) {
+  auto published = store_.PublishedVersion(t->row);
+  if (!published.ok() || *published <= t->version) return;
+  auto info = store_.Info(t->row);
+  if (!info.ok() || !info->active || t->id != info->tenant_id) return;
+  std::vector<float> buf(info->layout.NumElements());
+  auto got =
+      store_.ReadLatest(t->row, buf.data(), buf.size() * sizeof(float), Deadline::AfterMs(100));
+  if (!got.ok()) return;
+  auto adapter = model::LoraAdapter::FromFlat(info->layout, buf.data());
+  if (!adapter.ok()) {
+    StageLog(kRole, "tenant %s: bad adapter: %s", t->id.c_str(),
+             adapter.status().ToString().c_str());
+    return;
+  }
+  t->adapter = std::make_shared<const model::LoraAdapter>(std::move(*adapter));
+  t->version = *got;
+  t->metrics.adapter_version = t->version;
+}
+
+void Rollout::SyncTenants() {
+  const auto& watched = watcher_.Poll();
+  std::map<int, bool> seen;
+  for (const pipeline::WatchedTenant& w : watched) {
+    seen[w.row] = true;
+    auto it = tenants_.find(w.row);
+    if (it == tenants_.end() || it->second->generation != w.record.generation) {
+      if (w.record.state != TenantState::kRunning) continue;
+      auto t = std::make_unique<RolloutTenant>();
+      t->row = w.row;
+      t->id = w.record.id;
+      t->generation = w.record.generation;
+      t->spec = w.spec;
+      auto src = pipeline::TaskSource::ForJob(w.spec);
+      if (!src.ok()) {
+        StageLog(kRole, "tenant %s: %s", t->id.c_str(), src.status().ToString().c_str());
+        continue;
+      }
+      t->source = std::move(*src);
+      auto old = metrics_.LoadTenant(w.row);
+      if (old.ok() && old->generation == w.record.generation) t->metrics = *old;
+      t->metrics.generation = w.record.generation;
+      it = tenants_.insert_or_assign(w.row, std::move(t)).first;
+    }
+    RolloutTenant* t = it->second.get();
+    t->finished = w.record.state != TenantState::kRunning;
+    auto tm = trainer_metrics_.LoadTenant(w.row);
+    if (tm.ok() && tm->generation == t->generation) {
+      t->retired = tm->groups + tm->groups_dropped;
+      t->dropped = tm->groups_dropped;
+      if (tm->steps >= t->spec.max_steps()) t->finished = true;
+    }
+    RefreshAdapter(t);
+  }
+  for (auto& [row, t] : tenants_)
+    if (!seen.count(row)) t->finished = true;
+}
+
+void Rollout::StartGroups() {
+  if (tenants_.empty()) return;
+  std::vector<RolloutTenant*> order;
+  for (auto& [row, t] : tenants_) order.push_back(t.get());
+  // Round-robin over tenants, one group each per pass, while the batch has room.
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (size_t k = 0; k < order.size(); ++k) {
+      RolloutTenant* t = order[(next_tenant_rr_ + k) % order.size()];
+      if (t->finished || !t->adapter) continue;
+      if (gen_.active() + t->spec.group_size() > kMaxActiveSequences && gen_.active() > 0) return;
+      const uint64_t committed = t->metrics.groups;
+      const uint64_t in_flight = committed + t->open_groups - std::min(committed, t->retired);
+      const uint64_t bound = uint64_t(t->spec.max_staleness() + 1) * t->spec.prompts_per_step();
+      const uint64_t needed = uint64_t(t->spec.max_steps()) * t->spec.prompts_per_step();
+      if (in_flight >= bound) continue;
+      if (committed + t->open_groups >= needed + t->dropped) continue;
+      StartGroup(t);
+      progress = true;
+    }
+    next_tenant_rr_ = (next_tenant_rr_ + 1) % order.size();
+  }
+}
+
+void Rollout::StartGroup(RolloutTenant* t) {
+  auto g = std::make_unique<OpenGroup>();
+  g->tenant = t;
+  const uint64_t prompt_id = t->metrics.cursor++;
+  const tasks::TaskExample example = t->source->Train(prompt_id);
+  const uint64_t group_id = (uint64_t(incarnation_) << 32) | (next_group_++ & 0xffffffffu);
+  pb::TrajectoryGroup& pg = g->group;
+  pg.set_tenant(t->id);
+  pg.set_tenant_generation(t->generation);
+  pg.set_group_id(group_id);
+  pg.set_prompt_id(prompt_id);
+  pg.set_behaviour_version(t->version);
+  const std::vector<int32_t> prompt = tok_.Encode(example.prompt);
+  const int group_size = int(t->spec.group_size());
+  g->remaining = group_size;
+  for (int i = 0; i < group_size; ++i) {
+    pb::Trajectory* tr = pg.add_trajectories();
+    tr->set_trajectory_id(group_id * 1024 + uint64_t(i));
+    tr->set_tenant(t->id);
+    tr->set_tenant_generation(t->generation);
+    tr->set_group_id(group_id);
+    tr->set_index_in_group(uint32_t(i));
+    tr->set_prompt_id(prompt_id);
+    tr->set_behaviour_version(t->version);
+    tr->set_prompt_tokens(uint32_t(prompt.size()));
+    auto s = std::make_unique<Sequence>();
+    s->group = g.get();
+    s->index = i;
+    s->adapter = t->adapter;
+    s->tokens = prompt;
+    s->logprobs.assign(prompt.size(), 0.0f);
+    s->mask.assign(prompt.size(), 0);
+    s->prompt_tokens = uint32_t(prompt.size());
+    s->seed = Mix(Mix(t->spec.sampling().seed(), group_id), uint64_t(i));
+    s->traj = tr;
+    s->id = next_seq_id_++;
+    Sequence* raw = s.get();
+    seqs_[s->id] = std::move(s);
+    AddToGenerator(raw);
+  }
+  ++t->open_groups;
+  groups_[group_id] = std::move(g);
+}
+
+void Rollout::AddToGenerator(Sequence* s) {
+  const RolloutTenant* t = s->group->tenant;
+  model::GenerationRequest r;
+  r.id = s->id;
+  r.prompt = s->tokens;
+  r.adapter = s->adapter;
+  r.sampling.temperature = t->spec.sampling().temperature();
+  r.sampling.top_p = t->spec.sampling().top_p();
+  r.sampling.top_k = int32_t(t->spec.sampling().top_k());
+  r.seed = s->tool_turns == 0 ? s->seed : Mix(s->seed, uint64_t(s->tool_turns));
+  r.max_new_tokens = std::max(1, int32_t(t->spec.sampling().max_new_tokens()) - s->generated);
+  r.stop_tokens = stops_;
+  gen_.Add(std::move(r));
+}
+
+void Rollout::OnFinished(model::GenerationResult& r) {
+  auto it = seqs_.find(r.id);
+  if (it == seqs_.end()) return;
+  Sequence* s = it->second.get();
+  s->tokens.insert(s->tokens.end(), r.tokens.begin(), r.tokens.end());
+  s->logprobs.insert(s->logprobs.end(), r.logprobs.begin(), r.logprobs.end());
+  s->mask.insert(s->mask.end(), r.tokens.size(), 1);
+  s->generated += int(r.tokens.size());
+  RolloutTenant* t = s->group->tenant;
+  t->metrics.tokens += r.tokens.size();
+  const int budget = int(t->spec.sampling().max_new_tokens());
+  if (r.hit_stop && !r.tokens.empty() && r.tokens.back() == tool_end_ &&
+      s->tool_turns < kMaxToolTurns && s->generated < budget) {
+    const std::string text =
+        tok_.Decode(std::vector<int32_t>(s->tokens.begin() + s->prompt_tokens, s->tokens.end()));
+    size_t from = 0;
+    std::optional<sandbox::ParsedToolCall> call, last;
+    while ((call = sandbox::FindToolCall(text, from))) {
+      last = call;
+      from = call->end;
+    }
+    if (last && last->end == text.size()) {
+      pb::ToolCall c;
+      c.set_call_id(next_call_++);
+      c.set_trajectory_id(s->traj->trajectory_id());
+      c.set_tenant(t->id);
+      c.set_tool(last->name);
+      c.set_input(last->input);
+      pb::ToolTurn* turn = s->traj->add_tool_turns();
+      *turn->mutable_call() = c;
+      std::string bytes;
+      c.SerializeToString(&bytes);
+      outbox_.emplace_back(pipeline::kToolCallRecord, std::move(bytes));
+      outbox_groups_.emplace_back(nullptr, 0);
+      s->waiting_call = c.call_id();
+      s->parked_at = MonotonicNanos();
+      parked_[c.call_id()] = r.id;
+      return;
+    }
+  }
+  FinishSequence(s);
+  seqs_.erase(it);
+}
+
+void Rollout::FinishSequence(Sequence* s) {
+  pb::Trajectory* tr = s->traj;
+  for (int32_t tkn : s->tokens) tr->add_tokens(uint32_t(tkn));
+  for (float lp : s->logprobs) tr->add_behaviour_logprobs(lp);
+  tr->set_loss_mask(std::string(s->mask.begin(), s->mask.end()));
+  tr->set_completion_text(
+      tok_.Decode(std::vector<int32_t>(s->tokens.begin() + s->prompt_tokens, s->tokens.end())));
+  OpenGroup* g = s->group;
+  if (--g->remaining > 0) return;
+  RolloutTenant* t = g->tenant;
+  std::string bytes;
+  g->group.SerializeToString(&bytes);
+  outbox_.emplace_back(pipeline::kGroupRecord, std::move(bytes));
+  outbox_groups_.emplace_back(t, g->group.group_id());
+  t->metrics.samples += uint64_t(g->group.trajectories_size());
+  groups_.erase(g->group.group_id());
+}
+
+void Rollout::DrainToolResults() {
+  for (int i = 0; i < 256; ++i) {
+    auto rec = tool_results_.Fetch(Deadline::Now());
+    if (!rec.ok()) {
+      if (rec.status().code() == StatusCode::kCorrupt) {
+        std::string raw;
+        (void)tool_results_.Quarantine(&raw);
+        StageLog(kRole, "quarantined a corrupt tool result: %s", rec.status().message().c_str());
+        continue;
+      }
+      return;
+    }
+    pb::ToolResult res;
+    Status st = pipeline::ParseRecord(*rec, &res, pipeline::kToolRing);
+    tool_results_.Ack(*rec);  // the result lives on in the sequence; a lost one times out
+    if (!st.ok()) {
+      StageLog(kRole, "quarantined: %s", st.ToString().c_str());
+      continue;
+    }
+    auto p = parked_.find(res.call_id());
+    if (p == parked_.end()) continue;  // a duplicate, or for a sequence lost in a restart
+    auto it = seqs_.find(p->second);
+    parked_.erase(p);
+    if (it == seqs_.end()) continue;
+    Sequence* s = it->second.get();
+    s->waiting_call = 0;
+    pb::ToolTurn* turn = s->traj->mutable_tool_turns(s->traj->tool_turns_size() - 1);
+    *turn->mutable_result() = res;
+    const std::vector<int32_t> result = tok_.Encode(sandbox::FormatToolResult(res.output()));
+    turn->set_result_token_start(uint32_t(s->tokens.size()));
+    turn->set_result_token_count(uint32_t(result.size()));
+    s->tokens.insert(s->tokens.end(), result.begin(), result.end());
+    s->logprobs.insert(s->logprobs.end(), result.size(), 0.0f);
+    s->mask.insert(s->mask.end(), result.size(), 0);
+    ++s->tool_turns;
+    AddToGenerator(s);
+  }
+}
+
+void Rollout::ExpireToolCalls() {
+  const int64_t now = MonotonicNanos();
+  for (auto p = parked_.begin(); p != parked_.end();) {
+    auto it = seqs_.find(p->second);
+    if (it == seqs_.end() || now - it->second->parked_at < kToolTimeoutNs) {
+      ++p;
+      continue;
+    }
+    Sequence* s = it->second.get();
+    s->group->group.set_failure("tool call " + std::to_string(p->first) +
+                                " got no result within 30 s");
+    p = parked_.erase(p);
+    FinishSequence(s);
+    seqs_.erase(it);
+  }
+}
+
+void Rollout::FlushOutputs() {
+  while (!outbox_.empty()) {
+    auto& [type, bytes] = outbox_.front();
+    Status st = out_.Push(type, bytes.data(), bytes.size(), Deadline::AfterMs(5));
+    if (!st.ok()) {
+      if (st.code() == StatusCode::kInvalidArgument) {
+        StageLog(kRole, "dropping an output record: %s", st.ToString().c_str());
+      } else {
+        return;  // ring full or verifier restarting: try again next round
+      }
+    }
+    auto [tenant, group_id] = outbox_groups_.front();
+    if (tenant != nullptr) {
+      --tenant->open_groups;
+      if (st.ok()) {
+        ++tenant->metrics.groups;
+        pipeline::AppendLine(pipeline::TenantDir(args_.state_dir, tenant->id) + "/produced.log",
+                             std::to_string(group_id));
+      }
+    }
+    outbox_.pop_front();
+    outbox_groups_.pop_front();
+  }
+}
+
+void Rollout::StoreMetrics() {
+  for (auto& [row, t] : tenants_) (void)metrics_.StoreTenant(row, t->metrics);
+  engine_.updated_mono_ns = MonotonicNanos();
+  engine_.queue_depth = gen_.active();
+  metrics_.StoreEngine(engine_);
+}
+
+Status Rollout::Run() {
+  auto prev = metrics_.LoadEngine();
+  engine_.started_mono_ns = MonotonicNanos();
+  if (prev.ok() && prev->started_mono_ns != 0) engine_.restarts = prev->restarts + 1;
+  metrics_.StoreEngine(engine_);
+  int64_t next_sync = 0;
+  while (!pipeline::StopRequested()) {
+    if (MonotonicNanos() >= next_sync) {
+      SyncTenants();
+      ExpireToolCalls();
+      StoreMetrics();
+      next_sync = MonotonicNanos() + 50'000'000;
+    }
+    DrainToolResults();
+    StartGroups();
+    if (gen_.active() > 0) {
+      const int64_t t0 = MonotonicNanos();
+      std::vector<model::GenerationResult> done = gen_.Step();
+      engine_.busy_ns += uint64_t(MonotonicNanos() - t0);
+      engine_.items += gen_.active() + done.size();
+      for (auto& r : done) OnFinished(r);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    FlushOutputs();
+  }
+  StoreMetrics();
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status RunRollout(const pipeline::StageArgs& args) {
+  model::SetComputeThreads(args.threads);
+  MARLAAS_ASSIGN_OR_RETURN(auto base, model::BaseWeights::Load(args.model_dir));
+  MARLAAS_ASSIGN_OR_RETURN(model::Tokenizer tok,
+                           model::Tokenizer::Load(args.model_dir + "/tokenizer.json"));
+  MARLAAS_ASSIGN_OR_RETURN(TenantTable table, TenantTable::Attach(args.instance));
+  MARLAAS_ASSIGN_OR_RETURN(AdapterStore store, AdapterStore::Attach(args.instance));
+  MARLAAS_ASSIGN_OR_RETURN(MetricsSegment metrics,
+                           MetricsSegment::Attach(args.instance, pipeline::kRolloutRole));
+  MARLAAS_ASSIGN_OR_RETURN(MetricsSegment trainer_metrics,
+                           MetricsSegment::Attach(args.instance, pipeline::kTrainerRole));
+  MARLAAS_ASSIGN_OR_RETURN(RingProducer out,
+                           RingProducer::Attach({args.instance, pipeline::kTrajRing}));
+  MARLAAS_ASSIGN_OR_RETURN(RingConsumer tool_results,
+                           RingConsumer::Attach({args.instance, pipeline::kToolRing}));
+  Rollout r(args, std::move(base), std::move(tok), std::move(table), std::move(store),
+            std::move(metrics), std::move(trainer_metrics), std::move(out),
+            std::move(tool_results));
+  StageLog(kRole, "ready (model %s)", args.model_dir.c_str());
+  return r.Run();
+}
+
+}  // namespace marlaas::rollout

@@ -1,0 +1,45 @@
+// Monitor: what serve and the demo show while tenants train. It samples the service every call
+// of Sample() and keeps per-stage busy time (utilisation = busy / wall, summed across restarts of
+// a stage), a utilisation timeline, and each tenant's reward at its first and latest step. Table()
+// renders the live table. One thread.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "procs/serve/service.h"
+
+namespace marlaas::serve {
+
+struct UtilSample {
+  double t_s;          // since the monitor started
+  double rollout = 0;  // busy fraction over the last interval
+  double trainer = 0;
+  double verifier = 0;
+};
+
+class Monitor {
+ public:
+  Monitor();
+  void Sample(const Service& service);
+  std::string Table(const Service& service) const;
+  double Utilization(const std::string& role) const;  // over the whole run so far
+  double wall_s() const;
+  const std::vector<UtilSample>& timeline() const { return timeline_; }
+
+ private:
+  struct Busy {
+    uint64_t last_busy = 0;
+    int64_t last_started = 0;
+    double total_s = 0;
+  };
+  int64_t start_ns_;
+  int64_t last_sample_ns_;
+  std::map<std::string, Busy> busy_;
+  std::map<std::string, double> interval_;
+  std::vector<UtilSample> timeline_;
+  std::map<std::string, double> first_reward_;  // tenant -> reward mean at its first step
+};
+
+}  // namespace marlaas::serve

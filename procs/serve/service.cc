@@ -1,0 +1,251 @@
+#include "procs/serve/service.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "base/file_util.h"
+#include "proto/job_spec.h"
+#include "shm/adapter_store.h"
+#include "shm/ring_layout.h"
+#include "shm/stale_segments.h"
+
+namespace marlaas::serve {
+namespace {
+
+namespace fs = std::filesystem;
+const char* const kRoles[] = {pipeline::kRolloutRole, pipeline::kVerifierRole,
+                              pipeline::kTrainerRole};
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string SelfDir() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? "." : exe.parent_path().string();
+}
+
+}  // namespace
+
+struct Service::Held {
+  std::vector<Segment> rings;
+  std::optional<AdapterStore> store;
+};
+
+Result<std::unique_ptr<Service>> Service::Start(const ServiceOptions& options) {
+  std::unique_ptr<Service> s(new Service(options));
+  if (s->options_.bin_dir.empty()) s->options_.bin_dir = SelfDir();
+  const std::string& instance = options.stage.instance;
+  std::error_code ec;
+  fs::create_directories(options.stage.state_dir + "/tenants", ec);
+  fs::create_directories(options.stage.state_dir + "/logs", ec);
+  if (ec)
+    return Status(StatusCode::kIo, "creating " + options.stage.state_dir + ": " + ec.message());
+  // Segments left by a dead earlier run of this instance.
+  (void)RemoveStaleSegments(instance);
+  s->held_ = std::make_shared<Held>();
+  MARLAAS_ASSIGN_OR_RETURN(TenantTable table, TenantTable::Create(instance));
+  s->table_.emplace(std::move(table));
+  s->segments_.push_back("tenants");
+  AdapterStore::Options so;
+  so.num_slots = options.max_tenants;
+  MARLAAS_ASSIGN_OR_RETURN(AdapterStore store, AdapterStore::Create(instance, so));
+  s->held_->store.emplace(std::move(store));
+  s->segments_.push_back("adapters");
+  for (const char* role : kRoles) {
+    MARLAAS_ASSIGN_OR_RETURN(MetricsSegment m, MetricsSegment::Create(instance, role));
+    s->metrics_.push_back(std::move(m));
+    s->segments_.push_back(std::string("metrics.") + role);
+  }
+  for (const char* ring : {pipeline::kTrajRing, pipeline::kToolRing, pipeline::kScoredRing}) {
+    MARLAAS_ASSIGN_OR_RETURN(Segment seg,
+                             CreateRing({instance, ring}, pipeline::PipelineRingOptions()));
+    s->held_->rings.push_back(std::move(seg));
+    s->segments_.push_back(ring);
+  }
+  for (const char* role : kRoles) {
+    s->stages_.push_back(Stage{role});
+    MARLAAS_RETURN_IF_ERROR(s->Spawn(&s->stages_.back()));
+  }
+  return s;
+}
+
+Service::~Service() { Stop(); }
+
+Status Service::Spawn(Stage* stage) {
+  const std::string exe = options_.bin_dir + "/marlaas-" + stage->role;
+  if (access(exe.c_str(), X_OK) != 0)
+    return Status(StatusCode::kNotFound, exe + " is missing (build it: launch/marlaas --help)");
+  std::vector<std::string> argv = {exe};
+  for (const std::string& a : pipeline::StageArgv(options_.stage)) argv.push_back(a);
+  const std::string log = options_.stage.state_dir + "/logs/" + stage->role + ".log";
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) return ErrnoStatus("fork", errno);
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(1);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    std::vector<char*> cargv;
+    for (std::string& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    execv(exe.c_str(), cargv.data());
+    _exit(127);
+  }
+  stage->pid = pid;
+  return Status::Ok();
+}
+
+Status Service::Admit(const pb::JobSpec& given) {
+  pb::JobSpec spec = given;
+  ApplyJobSpecDefaults(&spec);
+  MARLAAS_RETURN_IF_ERROR(ValidateJobSpec(spec));
+  if (table_->Find(spec.tenant()).ok())
+    return Status(StatusCode::kAlreadyExists, "tenant '" + spec.tenant() + "' is already admitted");
+  MARLAAS_ASSIGN_OR_RETURN(int row, table_->FreeRow());
+  if (row >= options_.max_tenants)
+    return Status(StatusCode::kResourceExhausted,
+                  "the service holds at most " + std::to_string(options_.max_tenants) + " tenants");
+  const std::string dir = pipeline::TenantDir(options_.stage.state_dir, spec.tenant());
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Status(StatusCode::kIo, "creating " + dir + ": " + ec.message());
+  MARLAAS_RETURN_IF_ERROR(WriteFileAtomically(dir + "/job.json", JobSpecToJson(spec)));
+  MARLAAS_ASSIGN_OR_RETURN(TenantRecord old, table_->Get(row));
+  TenantRecord r{};
+  MARLAAS_RETURN_IF_ERROR(CopyField(spec.tenant(), r.id, sizeof(r.id), "tenant id"));
+  MARLAAS_RETURN_IF_ERROR(CopyField(spec.task(), r.task, sizeof(r.task), "task"));
+  r.state = TenantState::kRunning;
+  r.adapter_slot = row;
+  r.max_staleness = spec.max_staleness();
+  r.group_size = spec.group_size();
+  r.prompts_per_step = spec.prompts_per_step();
+  r.max_steps = spec.max_steps();
+  r.admitted_unix_ms = NowMs();
+  r.generation = old.generation + 1;
+  return table_->Put(row, r);
+}
+
+void Service::Tick() {
+  if (stopped_) return;
+  const int64_t now = NowMs();
+  for (Stage& st : stages_) {
+    if (st.pid > 0) {
+      int status = 0;
+      if (waitpid(st.pid, &status, WNOHANG) == st.pid) {
+        std::fprintf(stderr, "[serve] %s (pid %d) %s %d; restarting\n", st.role.c_str(),
+                     int(st.pid), WIFSIGNALED(status) ? "was killed by signal" : "exited with",
+                     WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+        st.pid = 0;
+        st.died_at = now;
+        ++st.crashes_in_row;
+      }
+    }
+    if (st.pid == 0) {
+      // Back off a crash loop: 0, 100, 200, ... ms, never more than 1 s.
+      const int64_t delay = std::min<int64_t>(1000, 100 * (st.crashes_in_row - 1));
+      if (now - st.died_at < delay) continue;
+      Status s = Spawn(&st);
+      if (!s.ok()) {
+        std::fprintf(stderr, "[serve] cannot restart %s: %s\n", st.role.c_str(),
+                     s.ToString().c_str());
+        st.died_at = now;
+        continue;
+      }
+      ++st.restarts;
+    } else if (st.crashes_in_row > 0 && now - st.died_at > 10000) {
+      st.crashes_in_row = 0;  // it has stayed up
+    }
+  }
+  // Tenants the trainer has finished.
+  for (auto& [row, rec] : table_->Snapshot()) {
+    if (rec.state != TenantState::kRunning) continue;
+    auto tm = metrics_[2].LoadTenant(row);
+    if (tm.ok() && tm->generation == rec.generation && tm->steps >= rec.max_steps) {
+      TenantRecord r = rec;
+      r.state = TenantState::kFinished;
+      (void)table_->Put(row, r);
+    }
+  }
+}
+
+bool Service::AllDone() const {
+  for (auto& [row, rec] : table_->Snapshot())
+    if (rec.state == TenantState::kRunning || rec.state == TenantState::kAdmitted ||
+        rec.state == TenantState::kStopping)
+      return false;
+  return true;
+}
+
+std::vector<TenantView> Service::Tenants() const {
+  std::vector<TenantView> out;
+  for (auto& [row, rec] : table_->Snapshot()) {
+    TenantView v;
+    v.row = row;
+    v.record = rec;
+    TenantMetrics* dst[] = {&v.rollout, &v.verifier, &v.trainer};
+    for (int i = 0; i < 3; ++i) {
+      auto m = metrics_[size_t(i)].LoadTenant(row);
+      if (m.ok() && m->generation == rec.generation) *dst[i] = *m;
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<StageView> Service::Stages() const {
+  std::vector<StageView> out;
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    StageView v;
+    v.role = stages_[i].role;
+    v.pid = stages_[i].pid;
+    v.restarts = stages_[i].restarts;
+    auto e = metrics_[i].LoadEngine();
+    if (e.ok()) v.engine = *e;
+    out.push_back(v);
+  }
+  return out;
+}
+
+pid_t Service::StagePid(const std::string& role) const {
+  for (const Stage& s : stages_)
+    if (s.role == role) return s.pid;
+  return 0;
+}
+
+void Service::Stop(int grace_ms) {
+  if (stopped_) return;
+  stopped_ = true;
+  for (Stage& s : stages_)
+    if (s.pid > 0) kill(s.pid, SIGTERM);
+  const int64_t until = NowMs() + grace_ms;
+  for (Stage& s : stages_) {
+    while (s.pid > 0) {
+      if (waitpid(s.pid, nullptr, WNOHANG) == s.pid) {
+        s.pid = 0;
+      } else if (NowMs() >= until) {
+        kill(s.pid, SIGKILL);
+        waitpid(s.pid, nullptr, 0);
+        s.pid = 0;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+  }
+  for (const std::string& name : segments_) (void)Segment::Remove({options_.stage.instance, name});
+}
+
+}  // namespace marlaas::serve

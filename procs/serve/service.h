@@ -1,0 +1,84 @@
+// Service: the supervisor (DESIGN.md §1, "serve"). It creates the instance's shared segments
+// (tenant table, adapter store, metrics, the three rings), spawns the rollout, verifier and
+// trainer processes, restarts any that exits within a second (a stage that keeps crashing is
+// restarted with a growing delay, capped at 1 s), admits tenants from job specs, marks them
+// finished when the trainer reports max_steps, and removes the segments when it stops.
+// A Service object is driven by one thread: call Tick() often (every ~50 ms).
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "procs/common/pipeline.h"
+#include "shm/metrics.h"
+#include "shm/tenant_table.h"
+
+namespace marlaas::serve {
+
+struct ServiceOptions {
+  pipeline::StageArgs stage;  // instance, state dir, model dir, threads, workers, weak sandbox
+  std::string bin_dir;        // where marlaas-rollout etc. live (default: next to this program)
+  int max_tenants = 64;       // adapter store slots
+};
+
+// One row of `Status()`: the table row plus the three stages' counters for the tenant.
+struct TenantView {
+  int row = -1;
+  TenantRecord record{};
+  TenantMetrics rollout{}, verifier{}, trainer{};
+};
+
+struct StageView {
+  std::string role;
+  pid_t pid = 0;
+  int restarts = 0;
+  EngineMetrics engine{};
+};
+
+class Service {
+ public:
+  static Result<std::unique_ptr<Service>> Start(const ServiceOptions& options);
+  ~Service();  // Stop()
+
+  // Validates the spec, writes <state>/tenants/<id>/job.json and makes the tenant running. A
+  // tenant id that is already running is refused. Nothing changes when it fails.
+  Status Admit(const pb::JobSpec& spec);
+  // Supervision: restarts dead stages, updates tenant states. Returns the tenants that just
+  // finished.
+  void Tick();
+  // True when every admitted tenant is finished, stopped or failed.
+  bool AllDone() const;
+  std::vector<TenantView> Tenants() const;
+  std::vector<StageView> Stages() const;
+  pid_t StagePid(const std::string& role) const;
+  // SIGTERM to the stages, then SIGKILL after `grace_ms`; removes the segments.
+  void Stop(int grace_ms = 3000);
+  const ServiceOptions& options() const { return options_; }
+
+ private:
+  struct Stage {
+    std::string role;
+    pid_t pid = 0;
+    int restarts = 0;
+    int64_t died_at = 0;
+    int crashes_in_row = 0;
+  };
+  explicit Service(const ServiceOptions& o) : options_(o) {}
+  Status Spawn(Stage* stage);
+
+  ServiceOptions options_;
+  std::optional<TenantTable> table_;
+  std::vector<MetricsSegment> metrics_;  // rollout, verifier, trainer
+  std::vector<std::string> segments_;    // names to remove at Stop
+  std::vector<Stage> stages_;
+  bool stopped_ = false;
+  struct Held;  // segments the service holds open (rings, adapter store)
+  std::shared_ptr<Held> held_;
+};
+
+}  // namespace marlaas::serve

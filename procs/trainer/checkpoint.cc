@@ -1,0 +1,150 @@
+#include "procs/trainer/checkpoint.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "base/file_util.h"
+#include "shm/checksum.h"
+
+namespace marlaas::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const char* const kFiles[] = {"adapter_config.json", "adapter_model.safetensors", "optimizer.pt"};
+constexpr uint64_t kSeed = 0x636b7074;  // "ckpt"
+
+std::string CheckpointName(uint64_t steps) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "step-%08llu", (unsigned long long)steps);
+  return buf;
+}
+
+Result<json> FileEntry(const std::string& path) {
+  MARLAAS_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+  return json{{"bytes", bytes.size()}, {"checksum", Checksum64(bytes.data(), bytes.size(), kSeed)}};
+}
+
+// Loads one checkpoint folder; any mismatch names the file.
+Result<LoadedCheckpoint> LoadOne(
+    const std::string& dir, const model::BaseWeights& base,
+    const std::function<torch::optim::Optimizer*(model::LoraAdapter*)>& make_optimizer) {
+  MARLAAS_ASSIGN_OR_RETURN(std::string text, ReadFile(dir + "/state.json"));
+  json st = json::parse(text, nullptr, false);
+  if (st.is_discarded() || !st.is_object() || !st.contains("files")) {
+    return Status(StatusCode::kCorrupt, dir + "/state.json is not a checkpoint state (truncated?)");
+  }
+  for (const char* name : kFiles) {
+    const std::string path = dir + "/" + name;
+    MARLAAS_ASSIGN_OR_RETURN(json have, FileEntry(path));
+    if (!st["files"].contains(name) || st["files"][name] != have) {
+      return Status(StatusCode::kCorrupt,
+                    path + " does not match its recorded size/checksum (truncated or altered)");
+    }
+  }
+  LoadedCheckpoint out;
+  out.dir = dir;
+  MARLAAS_ASSIGN_OR_RETURN(out.adapter, model::LoraAdapter::ImportPeft(dir, base));
+  try {
+    CheckpointState& s = out.state;
+    s.version = st.at("version").get<uint64_t>();
+    s.steps = st.at("steps").get<uint64_t>();
+    s.groups_trained = st.at("groups_trained").get<uint64_t>();
+    s.groups_dropped = st.at("groups_dropped").get<uint64_t>();
+    s.last_reward_mean = st.at("last_reward_mean").get<double>();
+    s.retired_groups = st.at("retired_groups").get<std::vector<uint64_t>>();
+  } catch (const std::exception& e) {
+    return Status(StatusCode::kCorrupt, dir + "/state.json: " + e.what());
+  }
+  torch::optim::Optimizer* opt = make_optimizer(&out.adapter);
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(dir + "/optimizer.pt");
+    opt->load(archive);
+  } catch (const std::exception& e) {
+    return Status(StatusCode::kCorrupt,
+                  dir + "/optimizer.pt: " + std::string(e.what()).substr(0, 200));
+  }
+  return out;
+}
+
+}  // namespace
+
+Status SaveCheckpoint(const std::string& tenant_dir, const model::LoraAdapter& adapter,
+                      torch::optim::Optimizer& optimizer, const CheckpointState& state) {
+  const std::string root = tenant_dir + "/checkpoints";
+  const std::string name = CheckpointName(state.steps);
+  const std::string tmp = root + "/.tmp-" + name + "-" + std::to_string(getpid());
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  if (ec) return Status(StatusCode::kIo, "creating " + tmp + ": " + ec.message());
+  MARLAAS_RETURN_IF_ERROR(adapter.ExportPeft(tmp, "marlaas-base"));
+  try {
+    torch::serialize::OutputArchive archive;
+    optimizer.save(archive);
+    archive.save_to(tmp + "/optimizer.pt");
+  } catch (const std::exception& e) {
+    return Status(StatusCode::kIo, "writing " + tmp + "/optimizer.pt: " + e.what());
+  }
+  json st = {{"version", state.version},
+             {"steps", state.steps},
+             {"groups_trained", state.groups_trained},
+             {"groups_dropped", state.groups_dropped},
+             {"last_reward_mean", state.last_reward_mean},
+             {"retired_groups", state.retired_groups},
+             {"files", json::object()}};
+  for (const char* f : kFiles) {
+    MARLAAS_ASSIGN_OR_RETURN(st["files"][f], FileEntry(tmp + "/" + f));
+  }
+  MARLAAS_RETURN_IF_ERROR(WriteFileAtomically(tmp + "/state.json", st.dump()));
+  const std::string final_dir = root + "/" + name;
+  fs::remove_all(final_dir, ec);
+  fs::rename(tmp, final_dir, ec);
+  if (ec) return Status(StatusCode::kIo, "renaming " + tmp + ": " + ec.message());
+  MARLAAS_RETURN_IF_ERROR(WriteFileAtomically(root + "/LATEST", name + "\n"));
+  // Keep the two newest.
+  std::vector<std::string> all;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("step-", 0) == 0) all.push_back(n);
+  }
+  std::sort(all.begin(), all.end());
+  for (size_t i = 0; i + 2 < all.size(); ++i) fs::remove_all(root + "/" + all[i], ec);
+  return Status::Ok();
+}
+
+Result<LoadedCheckpoint> LoadLatestCheckpoint(
+    const std::string& tenant_dir, const model::BaseWeights& base,
+    const std::function<torch::optim::Optimizer*(model::LoraAdapter*)>& make_optimizer) {
+  const std::string root = tenant_dir + "/checkpoints";
+  std::error_code ec;
+  std::vector<std::string> all;
+  if (fs::is_directory(root, ec)) {
+    for (const auto& e : fs::directory_iterator(root, ec)) {
+      const std::string n = e.path().filename().string();
+      if (n.rfind("step-", 0) == 0) all.push_back(n);
+    }
+  }
+  if (all.empty()) return Status(StatusCode::kNotFound, "no checkpoint under " + root);
+  std::sort(all.rbegin(), all.rend());
+  std::vector<std::string> skipped;
+  for (const std::string& n : all) {
+    auto loaded = LoadOne(root + "/" + n, base, make_optimizer);
+    if (loaded.ok()) {
+      loaded->skipped = std::move(skipped);
+      return loaded;
+    }
+    skipped.push_back(loaded.status().ToString());
+  }
+  std::string why;
+  for (const std::string& s : skipped) why += "; " + s;
+  return Status(StatusCode::kCorrupt, "no loadable checkpoint under " + root + why);
+}
+
+}  // namespace marlaas::trainer

@@ -1,0 +1,48 @@
+// A tenant's trainer checkpoint: everything needed to resume its training exactly, written to
+// <tenant dir>/checkpoints/step-NNNNNNNN/ as
+//   adapter_config.json + adapter_model.safetensors  (PEFT layout: exportable as it is)
+//   optimizer.pt                                     (AdamW moments and step counts)
+//   state.json                                       (counters, seen group ids, file checksums)
+// The folder is filled under a temporary name and renamed into place, then LATEST names it, so a
+// crash leaves the previous checkpoint intact. Loading verifies sizes and checksums of every
+// file: a truncated or altered checkpoint is reported with the file named, and the loader falls
+// back to the previous one. The two newest checkpoints are kept. Trainer thread only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "model/base_weights.h"
+#include "model/lora_adapter.h"
+#include "model/torch_pch.h"
+
+namespace marlaas::trainer {
+
+struct CheckpointState {
+  uint64_t version = 0;  // the adapter version this checkpoint holds
+  uint64_t steps = 0;
+  uint64_t groups_trained = 0;
+  uint64_t groups_dropped = 0;
+  double last_reward_mean = 0;
+  std::vector<uint64_t> retired_groups;  // ids of every group trained or dropped
+};
+
+Status SaveCheckpoint(const std::string& tenant_dir, const model::LoraAdapter& adapter,
+                      torch::optim::Optimizer& optimizer, const CheckpointState& state);
+
+struct LoadedCheckpoint {
+  model::LoraAdapter adapter;
+  CheckpointState state;
+  std::string dir;
+  std::vector<std::string> skipped;  // newer checkpoints that failed to load, with the reason
+};
+// The newest loadable checkpoint; kNotFound when the tenant has none. The optimizer state is
+// loaded into `optimizer`, which must already own `loaded.adapter.flat()` — so this returns the
+// adapter first through `adapter_out` and then fills the optimizer via `make_optimizer`.
+Result<LoadedCheckpoint> LoadLatestCheckpoint(
+    const std::string& tenant_dir, const model::BaseWeights& base,
+    const std::function<torch::optim::Optimizer*(model::LoraAdapter*)>& make_optimizer);
+
+}  // namespace marlaas::trainer

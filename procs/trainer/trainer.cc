@@ -1,0 +1,515 @@
+#include "procs/trainer/trainer.h"
+
+#include <cmath>
+#include <deque>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "model/base_weights.h"
+#include "model/compute_threads.h"
+#include "model/lora_adapter.h"
+#include "model/transformer.h"
+#include "procs/common/tenant_watcher.h"
+#include "procs/trainer/checkpoint.h"
+#include "rl/advantages.h"
+#include "rl/multi_tenant_step.h"
+#include "shm/adapter_store.h"
+#include "shm/metrics.h"
+#include "shm/tenant_table.h"
+
+namespace marlaas::trainer {
+namespace {
+
+using pipeline::StageLog;
+constexpr const char* kRole = "trainer";
+
+double WallSeconds() {
+  return double(std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count()) /
+         1e3;
+}
+
+struct TrainTenant {
+  int row = -1;
+  std::string id;
+  uint64_t generation = 0;
+  pb::JobSpec spec;
+  std::string dir;
+  model::LoraAdapter adapter;
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  CheckpointState ck;                     // live counters (what the next checkpoint saves)
+  std::unordered_set<uint64_t> retired;   // ids trained or dropped
+  std::unordered_set<uint64_t> buffered;  // ids waiting in `ready`
+  std::deque<pb::TrajectoryGroup> ready;  // scored groups waiting for a step
+  uint64_t retired_total = 0;             // groups_trained + groups_dropped
+  uint64_t checkpointed_retired = 0;      // retired_total at the last checkpoint
+  bool finished = false;                  // reached max_steps (final checkpoint written)
+  TenantMetrics metrics{};
+};
+
+// One fetched scored-ring record, in ring order, until it can be acknowledged.
+struct Pending {
+  RecordView view;
+  TrainTenant* tenant = nullptr;  // null: nothing to wait for (corrupt, unknown tenant)
+  uint64_t retire_index = 0;      // 0: not retired yet; else ackable once checkpointed past it
+};
+
+class Trainer {
+ public:
+  Trainer(const pipeline::StageArgs& args, std::shared_ptr<const model::BaseWeights> base,
+          TenantTable table, AdapterStore store, MetricsSegment metrics, RingConsumer input)
+      : args_(args),
+        base_(std::move(base)),
+        model_(base_),
+        table_(std::move(table)),
+        store_(std::move(store)),
+        metrics_(std::move(metrics)),
+        input_(std::move(input)),
+        watcher_(&table_, args.state_dir, kRole) {}
+
+  Status Run();
+
+ private:
+  void SyncTenants();
+  Status StartTenant(const pipeline::WatchedTenant& w);
+  void HandleRecord(const RecordView& view);
+  void Retire(TrainTenant* t, uint64_t group_id, const std::string& drop_reason);
+  void TrainReady(bool under_pressure);
+  void FinishStep(TrainTenant* t, const std::vector<pb::TrajectoryGroup>& groups, double loss,
+                  int trained_groups);
+  Status Publish(TrainTenant* t);
+  void Checkpoint(TrainTenant* t);
+  void AckDone();
+  void StoreMetrics();
+  TrainTenant* Lookup(const std::string& id, uint64_t generation);
+
+  pipeline::StageArgs args_;
+  std::shared_ptr<const model::BaseWeights> base_;
+  model::Transformer model_;
+  TenantTable table_;
+  AdapterStore store_;
+  MetricsSegment metrics_;
+  RingConsumer input_;
+  pipeline::TenantWatcher watcher_;
+  std::map<int, std::unique_ptr<TrainTenant>> tenants_;  // by table row
+  std::deque<Pending> pending_;
+  std::unordered_map<uint64_t, Pending*> pending_by_group_;  // buffered groups' records
+  EngineMetrics engine_{};
+};
+
+TrainTenant* Trainer::Lookup(const std::string& id, uint64_t generation) {
+  for (auto& [row, t] : tenants_)
+    if (t->id == id && t->generation == generation) return t.get();
+  return nullptr;
+}
+
+Status Trainer::StartTenant(const pipeline::WatchedTenant& w) {
+  auto t = std::make_unique<TrainTenant>();
+  t->row = w.row;
+  t->id = w.record.id;
+  t->generation = w.record.generation;
+  t->spec = w.spec;
+  t->dir = pipeline::TenantDir(args_.state_dir, t->id);
+  const pb::OptimizerSpec& o = t->spec.optimizer();
+  auto make_optimizer = [&](model::LoraAdapter* a) {
+    a->flat().set_requires_grad(true);
+    t->optimizer = std::make_unique<torch::optim::AdamW>(
+        std::vector<torch::Tensor>{a->flat()}, torch::optim::AdamWOptions(o.learning_rate())
+                                                   .betas({o.beta1(), o.beta2()})
+                                                   .weight_decay(o.weight_decay()));
+    return t->optimizer.get();
+  };
+  auto loaded = LoadLatestCheckpoint(t->dir, *base_, make_optimizer);
+  if (loaded.ok()) {
+    for (const std::string& s : loaded->skipped)
+      StageLog(kRole, "tenant %s: skipped a bad checkpoint: %s", t->id.c_str(), s.c_str());
+    t->adapter = std::move(loaded->adapter);
+    t->ck = loaded->state;
+    StageLog(kRole, "tenant %s: resumed from %s (step %llu, version %llu)", t->id.c_str(),
+             loaded->dir.c_str(), (unsigned long long)t->ck.steps,
+             (unsigned long long)t->ck.version);
+  } else if (loaded.status().code() == StatusCode::kNotFound) {
+    MARLAAS_ASSIGN_OR_RETURN(uint32_t mask, pipeline::TargetMaskOf(t->spec));
+    MARLAAS_ASSIGN_OR_RETURN(t->adapter, model::LoraAdapter::Create(
+                                             *base_, t->spec.lora().rank(), t->spec.lora().alpha(),
+                                             mask, t->spec.dataset().seed() * 7919 + 17));
+    make_optimizer(&t->adapter);
+    t->ck.version = 1;
+  } else {
+    return loaded.status();
+  }
+  for (uint64_t id : t->ck.retired_groups) t->retired.insert(id);
+  t->retired_total = t->ck.groups_trained + t->ck.groups_dropped;
+  t->checkpointed_retired = t->retired_total;
+  t->finished = t->ck.steps >= t->spec.max_steps();
+
+  // Our slot is the tenant's table row. Register it unless it already holds this tenant.
+  auto info = store_.Info(t->row);
+  MARLAAS_RETURN_IF_ERROR(info.status());
+  if (!info->active || t->id != info->tenant_id) {
+    if (info->active) MARLAAS_RETURN_IF_ERROR(store_.Release(t->row));
+    MARLAAS_RETURN_IF_ERROR(store_.Register(t->row, t->id, t->adapter.layout()));
+  }
+  MARLAAS_ASSIGN_OR_RETURN(uint64_t published, store_.PublishedVersion(t->row));
+  if (published < t->ck.version) {
+    MARLAAS_RETURN_IF_ERROR(Publish(t.get()));
+  } else if (published > t->ck.version) {
+    // Steps after our last checkpoint were published and lost with the process: their groups
+    // come again from the ring. Republish the checkpoint under a newer number.
+    t->ck.version = published + 1;
+    MARLAAS_RETURN_IF_ERROR(Publish(t.get()));
+  }
+  auto old = metrics_.LoadTenant(t->row);
+  t->metrics = TenantMetrics{};
+  if (old.ok() && old->generation == t->generation) t->metrics = *old;
+  t->metrics.generation = t->generation;
+  t->metrics.steps = t->ck.steps;
+  t->metrics.groups = t->ck.groups_trained;
+  t->metrics.groups_dropped = t->ck.groups_dropped;
+  t->metrics.adapter_version = t->ck.version;
+  t->metrics.last_reward_mean = t->ck.last_reward_mean;
+  tenants_[t->row] = std::move(t);
+  return Status::Ok();
+}
+
+void Trainer::SyncTenants() {
+  const auto& watched = watcher_.Poll();
+  for (const pipeline::WatchedTenant& w : watched) {
+    auto it = tenants_.find(w.row);
+    if (it != tenants_.end() && it->second->generation == w.record.generation) continue;
+    if (w.record.state != TenantState::kRunning && w.record.state != TenantState::kAdmitted)
+      continue;
+    Status st = StartTenant(w);
+    if (!st.ok()) {
+      StageLog(kRole, "tenant %s: cannot start training: %s", w.record.id, st.ToString().c_str());
+      TenantMetrics m{};
+      m.generation = w.record.generation;
+      std::snprintf(m.last_error, sizeof(m.last_error), "trainer: %s", st.ToString().c_str());
+      (void)metrics_.StoreTenant(w.row, m);
+    }
+  }
+}
+
+Status Trainer::Publish(TrainTenant* t) {
+  MARLAAS_ASSIGN_OR_RETURN(AdapterWriteSpan span, store_.BeginWrite(t->row));
+  const auto flat = t->adapter.flat().detach().contiguous();
+  const size_t bytes = size_t(flat.numel()) * sizeof(float);
+  if (bytes > span.bytes) return Status(StatusCode::kResourceExhausted, "adapter too large");
+  std::memcpy(span.data, flat.data_ptr<float>(), bytes);
+  return store_.Publish(t->row, t->ck.version);
+}
+
+void Trainer::Checkpoint(TrainTenant* t) {
+  t->ck.retired_groups.assign(t->retired.begin(), t->retired.end());
+  Status st = SaveCheckpoint(t->dir, t->adapter, *t->optimizer, t->ck);
+  if (!st.ok()) {
+    StageLog(kRole, "tenant %s: checkpoint failed: %s", t->id.c_str(), st.ToString().c_str());
+    std::snprintf(t->metrics.last_error, sizeof(t->metrics.last_error), "checkpoint: %s",
+                  st.message().c_str());
+    return;
+  }
+  t->checkpointed_retired = t->retired_total;
+}
+
+void Trainer::Retire(TrainTenant* t, uint64_t group_id, const std::string& drop_reason) {
+  t->buffered.erase(group_id);
+  t->retired.insert(group_id);
+  ++t->retired_total;
+  if (drop_reason.empty()) {
+    ++t->ck.groups_trained;
+  } else {
+    ++t->ck.groups_dropped;
+    pipeline::AppendLine(t->dir + "/trainer.log",
+                         "dropped group " + std::to_string(group_id) + ": " + drop_reason);
+  }
+  auto it = pending_by_group_.find(group_id);
+  if (it != pending_by_group_.end()) {
+    it->second->retire_index = t->retired_total;
+    pending_by_group_.erase(it);
+  }
+}
+
+void Trainer::HandleRecord(const RecordView& view) {
+  pending_.push_back(Pending{view, nullptr, 0});
+  Pending* p = &pending_.back();
+  pb::TrajectoryGroup g;
+  Status st =
+      view.type == pipeline::kGroupRecord
+          ? pipeline::ParseRecord(view, &g, pipeline::kScoredRing)
+          : Status(StatusCode::kCorrupt, "unexpected record type " + std::to_string(view.type) +
+                                             " on " + pipeline::kScoredRing);
+  if (!st.ok()) {
+    StageLog(kRole, "quarantined: %s", st.ToString().c_str());
+    ++engine_.errors;
+    return;
+  }
+  TrainTenant* t = Lookup(g.tenant(), g.tenant_generation());
+  if (t == nullptr) {
+    SyncTenants();  // admitted a moment ago?
+    t = Lookup(g.tenant(), g.tenant_generation());
+  }
+  if (t == nullptr) {
+    StageLog(kRole, "dropped group %llu of unknown tenant %s/%llu",
+             (unsigned long long)g.group_id(), g.tenant().c_str(),
+             (unsigned long long)g.tenant_generation());
+    return;
+  }
+  p->tenant = t;
+  if (t->retired.count(g.group_id()) || t->buffered.count(g.group_id())) {
+    // A replayed duplicate: wait for the checkpoint that covers the original.
+    p->retire_index = t->retired_total == 0 ? 1 : t->retired_total;
+    if (t->finished) p->retire_index = t->checkpointed_retired;
+    return;
+  }
+  pending_by_group_[g.group_id()] = p;
+  if (t->finished) {
+    Retire(t, g.group_id(), "tenant finished training");
+    Checkpoint(t);
+  } else if (!g.failure().empty()) {
+    Retire(t, g.group_id(), g.failure());
+  } else {
+    t->buffered.insert(g.group_id());
+    t->ready.push_back(std::move(g));
+  }
+}
+
+void Trainer::TrainReady(bool under_pressure) {
+  // Under ring pressure, the tenant whose record blocks the ack cursor steps with what it has.
+  TrainTenant* forced = nullptr;
+  if (under_pressure) {
+    for (const Pending& p : pending_) {
+      if (p.tenant != nullptr && p.retire_index == 0) {
+        forced = p.tenant;
+        break;
+      }
+      if (p.tenant != nullptr && p.retire_index > p.tenant->checkpointed_retired) {
+        Checkpoint(p.tenant);
+        break;
+      }
+    }
+  }
+  std::vector<TrainTenant*> stepping;
+  std::vector<std::vector<pb::TrajectoryGroup>> batches;
+  std::vector<rl::TenantStep> steps;
+  std::vector<size_t> step_of;  // index into steps per stepping tenant, or npos
+  for (auto& [row, tp] : tenants_) {
+    TrainTenant* t = tp.get();
+    const size_t need = t->spec.prompts_per_step();
+    if (t->finished || t->ready.empty() || (t->ready.size() < need && t != forced)) continue;
+    std::vector<pb::TrajectoryGroup> batch;
+    rl::TenantStep step;
+    step.adapter = &t->adapter;
+    step.optimizer = t->optimizer.get();
+    step.grpo.clip_eps_low = t->spec.grpo().clip_eps_low();
+    step.grpo.clip_eps_high = t->spec.grpo().clip_eps_high();
+    step.grpo.kl_beta = t->spec.grpo().kl_beta();
+    step.temperature = t->spec.sampling().temperature();
+    step.grad_clip = t->spec.optimizer().grad_clip();
+    while (!t->ready.empty() && batch.size() < need) {
+      pb::TrajectoryGroup g = std::move(t->ready.front());
+      t->ready.pop_front();
+      const uint64_t staleness =
+          t->ck.version > g.behaviour_version() ? t->ck.version - g.behaviour_version() : 0;
+      if (staleness > t->spec.max_staleness()) {
+        Retire(t, g.group_id(),
+               "stale: sampled by version " + std::to_string(g.behaviour_version()) +
+                   ", trainer at " + std::to_string(t->ck.version));
+        continue;
+      }
+      ++t->metrics.staleness[std::min<uint64_t>(staleness, kStalenessBuckets - 1)];
+      std::vector<float> rewards;
+      for (const pb::Trajectory& tr : g.trajectories()) rewards.push_back(tr.reward());
+      const rl::GroupAdvantages adv =
+          rl::ComputeAdvantages(rewards, t->spec.grpo().normalize_std());
+      if (!adv.degenerate) {
+        for (int i = 0; i < g.trajectories_size(); ++i) {
+          const pb::Trajectory& tr = g.trajectories(i);
+          rl::Completion c;
+          c.tokens.assign(tr.tokens().begin(), tr.tokens().end());
+          c.behaviour_logprobs.assign(tr.behaviour_logprobs().begin(),
+                                      tr.behaviour_logprobs().end());
+          c.loss_mask.assign(tr.loss_mask().begin(), tr.loss_mask().end());
+          c.advantage = adv.advantages[size_t(i)];
+          if (c.tokens.size() != c.behaviour_logprobs.size() ||
+              c.tokens.size() != c.loss_mask.size())
+            continue;  // malformed trajectory: it contributes nothing
+          step.completions.push_back(std::move(c));
+        }
+      }
+      batch.push_back(std::move(g));
+    }
+    if (batch.empty()) continue;
+    stepping.push_back(t);
+    batches.push_back(std::move(batch));
+    step_of.push_back(step.completions.empty() ? SIZE_MAX : steps.size());
+    if (!step.completions.empty()) steps.push_back(std::move(step));
+  }
+  if (stepping.empty()) return;
+  const int64_t t0 = MonotonicNanos();
+  // The learning-rate schedule of each tenant for this step.
+  for (size_t k = 0; k < stepping.size(); ++k) {
+    TrainTenant* t = stepping[k];
+    const pb::OptimizerSpec& o = t->spec.optimizer();
+    const double s = double(t->ck.steps), total = double(t->spec.max_steps());
+    double lr = o.learning_rate();
+    if (o.warmup_steps() > 0 && s < o.warmup_steps()) lr *= (s + 1) / o.warmup_steps();
+    const double progress = std::min(1.0, s / std::max(1.0, total));
+    if (o.schedule() == "linear") lr *= 1.0 - progress;
+    if (o.schedule() == "cosine") lr *= 0.5 * (1 + std::cos(M_PI * progress));
+    for (auto& group : t->optimizer->param_groups())
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  }
+  std::vector<rl::TenantStepResult> results;
+  if (!steps.empty()) results = rl::MultiTenantStep(model_, steps);
+  for (size_t k = 0; k < stepping.size(); ++k) {
+    const double loss = step_of[k] == SIZE_MAX ? 0 : results[step_of[k]].loss;
+    FinishStep(stepping[k], batches[k], loss, step_of[k] == SIZE_MAX ? 0 : 1);
+  }
+  engine_.busy_ns += uint64_t(MonotonicNanos() - t0);
+}
+
+void Trainer::FinishStep(TrainTenant* t, const std::vector<pb::TrajectoryGroup>& groups,
+                         double loss, int trained) {
+  const uint64_t behaviour_min = groups.front().behaviour_version();
+  const uint64_t trained_at = t->ck.version;
+  ++t->ck.steps;
+  ++t->ck.version;
+  Status st = Publish(t);
+  if (!st.ok()) {
+    StageLog(kRole, "tenant %s: publish failed: %s", t->id.c_str(), st.ToString().c_str());
+    ++engine_.errors;
+  }
+  double sum = 0, sq = 0;
+  size_t n = 0;
+  for (const pb::TrajectoryGroup& g : groups) {
+    for (const pb::Trajectory& tr : g.trajectories()) {
+      sum += tr.reward();
+      sq += double(tr.reward()) * tr.reward();
+      ++n;
+    }
+    Retire(t, g.group_id(), "");
+  }
+  t->ck.last_reward_mean = n ? sum / double(n) : 0;
+  t->metrics.reward_count += n;
+  t->metrics.reward_sum += sum;
+  t->metrics.reward_sq_sum += sq;
+  pipeline::AppendLine(
+      t->dir + "/steps.jsonl",
+      nlohmann::json{{"step", t->ck.steps},
+                     {"version", t->ck.version},
+                     {"reward_mean", t->ck.last_reward_mean},
+                     {"groups", groups.size()},
+                     {"loss", loss},
+                     {"updated", trained != 0},
+                     {"staleness", trained_at - std::min(trained_at, behaviour_min)},
+                     {"time", WallSeconds()}}
+          .dump());
+  if (t->ck.steps >= t->spec.max_steps()) {
+    t->finished = true;
+    while (!t->ready.empty()) {
+      Retire(t, t->ready.front().group_id(), "tenant finished training");
+      t->ready.pop_front();
+    }
+    Checkpoint(t);
+    StageLog(kRole, "tenant %s: finished %llu steps", t->id.c_str(),
+             (unsigned long long)t->ck.steps);
+  } else if (t->ck.steps % t->spec.checkpoint_every() == 0) {
+    Checkpoint(t);
+  }
+}
+
+void Trainer::AckDone() {
+  const RecordView* last = nullptr;
+  RecordView last_copy;
+  while (!pending_.empty()) {
+    const Pending& p = pending_.front();
+    const bool done = p.tenant == nullptr ||
+                      (p.retire_index != 0 && p.retire_index <= p.tenant->checkpointed_retired);
+    if (!done) break;
+    last_copy = p.view;
+    last = &last_copy;
+    pending_.pop_front();
+  }
+  if (last != nullptr) input_.Ack(*last);
+}
+
+void Trainer::StoreMetrics() {
+  uint64_t queued = 0;
+  for (auto& [row, t] : tenants_) {
+    t->metrics.steps = t->ck.steps;
+    t->metrics.adapter_version = t->ck.version;
+    t->metrics.groups = t->ck.groups_trained;
+    t->metrics.groups_dropped = t->ck.groups_dropped;
+    t->metrics.last_reward_mean = t->ck.last_reward_mean;
+    queued += t->ready.size();
+    (void)metrics_.StoreTenant(row, t->metrics);
+  }
+  engine_.updated_mono_ns = MonotonicNanos();
+  engine_.queue_depth = queued;
+  metrics_.StoreEngine(engine_);
+}
+
+Status Trainer::Run() {
+  auto prev = metrics_.LoadEngine();
+  engine_ = EngineMetrics{};
+  engine_.started_mono_ns = MonotonicNanos();
+  if (prev.ok() && prev->started_mono_ns != 0) engine_.restarts = prev->restarts + 1;
+  int64_t next_poll = 0;
+  while (!pipeline::StopRequested()) {
+    if (MonotonicNanos() >= next_poll) {
+      SyncTenants();
+      next_poll = MonotonicNanos() + 100'000'000;
+    }
+    bool got = false;
+    for (int i = 0; i < 256; ++i) {
+      auto rec = input_.Fetch(i == 0 ? Deadline::AfterMs(20) : Deadline::Now());
+      if (rec.ok()) {
+        HandleRecord(*rec);
+        got = true;
+        continue;
+      }
+      if (rec.status().code() == StatusCode::kCorrupt) {
+        std::string raw;
+        auto skipped = input_.Quarantine(&raw);
+        StageLog(kRole, "quarantined a corrupt record (%s), %zu bytes skipped",
+                 rec.status().message().c_str(), skipped.ok() ? size_t(*skipped) : size_t(0));
+        ++engine_.errors;
+        continue;
+      }
+      break;  // timeout, or the verifier is gone for now (serve restarts it)
+    }
+    (void)got;
+    const bool pressure =
+        input_.unacked_bytes() > pipeline::PipelineRingOptions().capacity_bytes / 2;
+    TrainReady(pressure);
+    AckDone();
+    StoreMetrics();
+  }
+  for (auto& [row, t] : tenants_)
+    if (!t->finished && t->retired_total > t->checkpointed_retired) Checkpoint(t.get());
+  AckDone();
+  StoreMetrics();
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status RunTrainer(const pipeline::StageArgs& args) {
+  model::SetComputeThreads(args.threads);
+  MARLAAS_ASSIGN_OR_RETURN(auto base, model::BaseWeights::Load(args.model_dir));
+  MARLAAS_ASSIGN_OR_RETURN(TenantTable table, TenantTable::Attach(args.instance));
+  MARLAAS_ASSIGN_OR_RETURN(AdapterStore store, AdapterStore::Attach(args.instance));
+  MARLAAS_ASSIGN_OR_RETURN(MetricsSegment metrics,
+                           MetricsSegment::Attach(args.instance, pipeline::kTrainerRole));
+  MARLAAS_ASSIGN_OR_RETURN(RingConsumer input,
+                           RingConsumer::Attach({args.instance, pipeline::kScoredRing}));
+  Trainer stage(args, std::move(base), std::move(table), std::move(store), std::move(metrics),
+                std::move(input));
+  StageLog(kRole, "ready (model %s)", args.model_dir.c_str());
+  return stage.Run();
+}
+
+}  // namespace marlaas::trainer

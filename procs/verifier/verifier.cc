@@ -1,0 +1,362 @@
+#include "procs/verifier/verifier.h"
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "procs/common/task_source.h"
+#include "procs/common/tenant_watcher.h"
+#include "sandbox/probe.h"
+#include "sandbox/tool_syntax.h"
+#include "shm/metrics.h"
+#include "shm/tenant_table.h"
+
+namespace marlaas::verifier {
+namespace {
+
+using pipeline::StageLog;
+constexpr const char* kRole = "verifier";
+constexpr size_t kWindow = 64;  // records in flight
+
+struct Job {
+  uint32_t type = 0;
+  std::string tenant_key;  // "<id>/<generation>": the unit of fairness
+  int row = -1;
+  std::shared_ptr<const pipeline::TaskSource> source;
+  pb::TrajectoryGroup group;  // kGroupRecord
+  pb::ToolCall call;          // kToolCallRecord
+  pb::ToolResult result;      // output of a tool call
+  std::string refuse;         // non-empty: untrusted work refused with this reason
+  // Set by the worker.
+  bool done = false;
+  int64_t busy_ns = 0;
+};
+
+struct Slot {
+  RecordView view;
+  std::shared_ptr<Job> job;  // null: nothing to output (a quarantined record)
+  bool pushed = false;
+};
+
+// Worker threads; at most `cap` jobs of one tenant run at once.
+class Pool {
+ public:
+  Pool(int workers, int cap) : cap_(cap) {
+    for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { Work(); });
+  }
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  void Submit(std::shared_ptr<Job> job) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      queue_.push_back(std::move(job));
+    }
+    cv_.notify_all();
+  }
+  bool IsDone(const Job& job) {
+    std::lock_guard<std::mutex> l(mu_);
+    return job.done;
+  }
+
+ private:
+  void Work();
+  int cap_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  std::map<std::string, int> running_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+void RunJob(Job* job) {
+  if (job->type == pipeline::kToolCallRecord) {
+    job->result.set_call_id(job->call.call_id());
+    job->result.set_trajectory_id(job->call.trajectory_id());
+    if (!job->refuse.empty() && job->call.tool() == "python") {
+      job->result.set_outcome(pb::OUTCOME_INFRA_ERROR);
+      job->result.set_output("error: " + job->refuse);
+      return;
+    }
+    sandbox::ParsedToolCall parsed;
+    parsed.name = job->call.tool();
+    parsed.input = job->call.input();
+    sandbox::ToolOutput out = sandbox::ExecuteTool(parsed, sandbox::SandboxLimits{});
+    job->result.set_outcome(out.outcome);
+    job->result.set_output(out.output);
+    job->result.set_truncated(out.truncated);
+    return;
+  }
+  pb::TrajectoryGroup& g = job->group;
+  if (!g.failure().empty()) return;  // the rollout already gave up on it
+  if (!job->refuse.empty()) {
+    g.set_failure("verifier: " + job->refuse);
+    return;
+  }
+  const tasks::TaskExample example = job->source->Train(g.prompt_id());
+  for (pb::Trajectory& tr : *g.mutable_trajectories()) {
+    const sandbox::Verdict v = job->source->Verify(example, tr.completion_text());
+    tr.set_outcome(v.outcome);
+    tr.set_verifier_detail(v.detail.substr(0, 200));
+    tr.set_reward(v.scored() ? float(v.reward) : 0.0f);
+    if (!v.scored()) {
+      // An infrastructure failure is never a score: the group cannot be trained on, and the
+      // rest of it would fail the same way.
+      g.set_failure("verifier failed (" + std::to_string(v.attempts) +
+                    " attempts): " + v.detail.substr(0, 160));
+      return;
+    }
+  }
+}
+
+void Pool::Work() {
+  std::unique_lock<std::mutex> l(mu_);
+  for (;;) {
+    std::shared_ptr<Job> job;
+    cv_.wait(l, [&] {
+      if (stop_) return true;
+      for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+        if (running_[(*it)->tenant_key] < cap_) {
+          job = *it;
+          queue_.erase(it);
+          return true;
+        }
+      }
+      return false;
+    });
+    if (stop_) return;
+    ++running_[job->tenant_key];
+    l.unlock();
+    const int64_t t0 = MonotonicNanos();
+    RunJob(job.get());
+    l.lock();
+    job->busy_ns = MonotonicNanos() - t0;
+    job->done = true;
+    --running_[job->tenant_key];
+    cv_.notify_all();
+  }
+}
+
+class Verifier {
+ public:
+  Verifier(const pipeline::StageArgs& args, TenantTable table, MetricsSegment metrics,
+           RingConsumer input, RingProducer scored, RingProducer tools, std::string refuse)
+      : args_(args),
+        table_(std::move(table)),
+        metrics_(std::move(metrics)),
+        input_(std::move(input)),
+        scored_(std::move(scored)),
+        tools_(std::move(tools)),
+        watcher_(&table_, args.state_dir, kRole),
+        refuse_(std::move(refuse)),
+        pool_(args.verifier_workers, std::max(1, args.verifier_workers - 1)) {}
+
+  Status Run();
+
+ private:
+  std::shared_ptr<Job> MakeJob(const RecordView& view);
+  void Finish(Slot* slot);
+  TenantMetrics& MetricsOf(int row, uint64_t generation);
+
+  pipeline::StageArgs args_;
+  TenantTable table_;
+  MetricsSegment metrics_;
+  RingConsumer input_;
+  RingProducer scored_;
+  RingProducer tools_;
+  pipeline::TenantWatcher watcher_;
+  std::string refuse_;
+  std::map<std::pair<std::string, uint64_t>, std::shared_ptr<const pipeline::TaskSource>> sources_;
+  std::map<int, TenantMetrics> tenant_metrics_;
+  EngineMetrics engine_{};
+  Pool pool_;
+};
+
+TenantMetrics& Verifier::MetricsOf(int row, uint64_t generation) {
+  TenantMetrics& m = tenant_metrics_[row];
+  if (m.generation != generation) {
+    auto old = metrics_.LoadTenant(row);
+    m = old.ok() && old->generation == generation ? *old : TenantMetrics{};
+    m.generation = generation;
+  }
+  return m;
+}
+
+std::shared_ptr<Job> Verifier::MakeJob(const RecordView& view) {
+  auto job = std::make_shared<Job>();
+  job->type = view.type;
+  Status st;
+  std::string tenant;
+  uint64_t generation = 0;
+  if (view.type == pipeline::kGroupRecord) {
+    st = pipeline::ParseRecord(view, &job->group, pipeline::kTrajRing);
+    tenant = job->group.tenant();
+    generation = job->group.tenant_generation();
+  } else if (view.type == pipeline::kToolCallRecord) {
+    st = pipeline::ParseRecord(view, &job->call, pipeline::kTrajRing);
+    tenant = job->call.tenant();
+  } else {
+    st = Status(StatusCode::kCorrupt, "unexpected record type " + std::to_string(view.type));
+  }
+  if (!st.ok()) {
+    StageLog(kRole, "quarantined: %s", st.ToString().c_str());
+    ++engine_.errors;
+    return nullptr;
+  }
+  const pipeline::WatchedTenant* w = nullptr;
+  for (const auto& t : watcher_.tenants())
+    if (tenant == t.record.id && (generation == 0 || generation == t.record.generation)) w = &t;
+  if (w == nullptr) {
+    watcher_.Poll();
+    for (const auto& t : watcher_.tenants())
+      if (tenant == t.record.id && (generation == 0 || generation == t.record.generation)) w = &t;
+  }
+  job->tenant_key = tenant + "/" + std::to_string(generation);
+  if (w == nullptr) {
+    job->refuse = "tenant '" + tenant + "' is not admitted";
+    if (view.type == pipeline::kGroupRecord) job->group.set_failure("verifier: " + job->refuse);
+    return job;
+  }
+  job->row = w->row;
+  const auto key = std::make_pair(std::string(w->record.id), w->record.generation);
+  auto it = sources_.find(key);
+  if (it == sources_.end()) {
+    auto src = pipeline::TaskSource::ForJob(w->spec);
+    if (!src.ok()) {
+      job->refuse = "tenant's task cannot be loaded: " + src.status().ToString();
+      return job;
+    }
+    it = sources_.emplace(key, std::shared_ptr<const pipeline::TaskSource>(std::move(*src))).first;
+  }
+  job->source = it->second;
+  if (!refuse_.empty() &&
+      (job->source->runs_untrusted_code() || view.type == pipeline::kToolCallRecord))
+    job->refuse = refuse_;
+  return job;
+}
+
+void Verifier::Finish(Slot* slot) {
+  Job& job = *slot->job;
+  Status st;
+  if (job.type == pipeline::kToolCallRecord) {
+    st = pipeline::PushMessage(&tools_, pipeline::kToolResultRecord, job.result,
+                               Deadline::AfterMs(50));
+  } else {
+    st = pipeline::PushMessage(&scored_, pipeline::kGroupRecord, job.group, Deadline::AfterMs(50));
+  }
+  if (!st.ok()) return;  // downstream full or restarting: try again next round
+  slot->pushed = true;
+  engine_.busy_ns += uint64_t(job.busy_ns);
+  ++engine_.items;
+  if (job.row < 0 || job.type != pipeline::kGroupRecord) return;
+  TenantMetrics& m = MetricsOf(job.row, job.group.tenant_generation());
+  if (!job.group.failure().empty()) {
+    ++m.verifier_errors;
+    std::snprintf(m.last_error, sizeof(m.last_error), "%s", job.group.failure().c_str());
+  } else {
+    ++m.groups;
+    for (const pb::Trajectory& tr : job.group.trajectories()) {
+      ++m.samples;
+      ++m.reward_count;
+      m.reward_sum += tr.reward();
+      m.reward_sq_sum += double(tr.reward()) * tr.reward();
+    }
+  }
+  (void)metrics_.StoreTenant(job.row, m);
+}
+
+Status Verifier::Run() {
+  auto prev = metrics_.LoadEngine();
+  engine_.started_mono_ns = MonotonicNanos();
+  if (prev.ok() && prev->started_mono_ns != 0) engine_.restarts = prev->restarts + 1;
+  std::deque<Slot> window;
+  int64_t next_poll = 0;
+  while (!pipeline::StopRequested()) {
+    if (MonotonicNanos() >= next_poll) {
+      watcher_.Poll();
+      next_poll = MonotonicNanos() + 200'000'000;
+    }
+    while (window.size() < kWindow) {
+      auto rec = input_.Fetch(window.empty() ? Deadline::AfterMs(20) : Deadline::Now());
+      if (rec.ok()) {
+        Slot s;
+        s.view = *rec;
+        s.job = MakeJob(*rec);
+        if (s.job) pool_.Submit(s.job);
+        window.push_back(std::move(s));
+        continue;
+      }
+      if (rec.status().code() == StatusCode::kCorrupt) {
+        std::string raw;
+        (void)input_.Quarantine(&raw);
+        StageLog(kRole, "quarantined a corrupt record: %s", rec.status().message().c_str());
+        ++engine_.errors;
+        continue;
+      }
+      break;
+    }
+    for (Slot& s : window)
+      if (s.job && !s.pushed && pool_.IsDone(*s.job)) Finish(&s);
+    // Acknowledge the finished prefix.
+    RecordView last;
+    bool any = false;
+    while (!window.empty() && (!window.front().job || window.front().pushed)) {
+      last = window.front().view;
+      any = true;
+      window.pop_front();
+    }
+    if (any) input_.Ack(last);
+    if (!window.empty() && !any) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    engine_.queue_depth = window.size();
+    engine_.updated_mono_ns = MonotonicNanos();
+    metrics_.StoreEngine(engine_);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status RunVerifier(const pipeline::StageArgs& args) {
+  std::string refuse;
+  const auto layers = sandbox::ProbeIsolation();
+  if (!sandbox::StrongIsolation(layers)) {
+    std::string missing;
+    for (const auto& l : layers)
+      if (l.required && !l.available) missing += (missing.empty() ? "" : ", ") + l.name;
+    if (args.allow_weak_sandbox) {
+      StageLog(kRole,
+               "WARNING: --allow-weak-sandbox: running untrusted code WITHOUT %s. Do not use this "
+               "with code you do not trust.",
+               missing.c_str());
+    } else {
+      refuse = "sandbox lacks " + missing +
+               "; untrusted code refused (see `marlaas sandbox-check`; --allow-weak-sandbox "
+               "overrides)";
+      StageLog(kRole, "%s", refuse.c_str());
+    }
+  }
+  MARLAAS_ASSIGN_OR_RETURN(TenantTable table, TenantTable::Attach(args.instance));
+  MARLAAS_ASSIGN_OR_RETURN(MetricsSegment metrics,
+                           MetricsSegment::Attach(args.instance, pipeline::kVerifierRole));
+  MARLAAS_ASSIGN_OR_RETURN(RingConsumer input,
+                           RingConsumer::Attach({args.instance, pipeline::kTrajRing}));
+  MARLAAS_ASSIGN_OR_RETURN(RingProducer scored,
+                           RingProducer::Attach({args.instance, pipeline::kScoredRing}));
+  MARLAAS_ASSIGN_OR_RETURN(RingProducer tools,
+                           RingProducer::Attach({args.instance, pipeline::kToolRing}));
+  Verifier v(args, std::move(table), std::move(metrics), std::move(input), std::move(scored),
+             std::move(tools), std::move(refuse));
+  StageLog(kRole, "ready (%d workers)", args.verifier_workers);
+  return v.Run();
+}
+
+}  // namespace marlaas::verifier
