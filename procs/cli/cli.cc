@@ -24,6 +24,8 @@ const std::vector<Command>& Commands() {
       {"sandbox-run", "[--lang python|sh] [--timeout-ms N] FILE",
        "run one file under the verifiers' sandbox; the exit status names the outcome",
        RunSandboxRun},
+      {"sample", "--task T [--adapter DIR] [--n N] [--temperature X]",
+       "show a model's (and adapter's) answers and rewards on held-out examples", RunSample},
       {"pretrain", "--out DIR [--seed N] [--steps N]",
        "train the built-in tiny base model (cached) and report its exact-match rate", RunPretrain},
   };

@@ -28,6 +28,7 @@ int RunSandboxCheck(const std::vector<std::string>& args);
 int RunSandboxRun(const std::vector<std::string>& args);
 int RunServe(const std::vector<std::string>& args);
 int RunDemo(const std::vector<std::string>& args);
+int RunSample(const std::vector<std::string>& args);
 
 // Small argument helper: removes "--name VALUE" from args; returns false if absent.
 bool TakeFlag(std::vector<std::string>* args, const std::string& name, std::string* value);

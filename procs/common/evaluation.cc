@@ -11,7 +11,7 @@
 namespace marlaas::pipeline {
 
 Result<EvalResult> EvaluateHeldOut(const std::string& model_dir, const pb::JobSpec& spec,
-                                   const std::string& adapter_dir, int n) {
+                                   const std::string& adapter_dir, int n, float temperature) {
   MARLAAS_ASSIGN_OR_RETURN(auto weights, model::BaseWeights::Load(model_dir));
   MARLAAS_ASSIGN_OR_RETURN(model::Tokenizer tok,
                            model::Tokenizer::Load(model_dir + "/tokenizer.json"));
@@ -42,7 +42,9 @@ Result<EvalResult> EvaluateHeldOut(const std::string& model_dir, const pb::JobSp
     r.id = i;
     r.prompt = items[i].tokens;
     r.adapter = adapter;
-    r.sampling.greedy = true;
+    r.sampling.greedy = temperature <= 0;
+    r.sampling.temperature = temperature > 0 ? temperature : 1.0f;
+    r.seed = spec.sampling().seed() * 1000003 + i * 7919 + uint64_t(items[i].turns);
     r.max_new_tokens = std::max(1, budget - items[i].generated);
     r.stop_tokens = stops;
     gen.Add(std::move(r));
@@ -55,6 +57,9 @@ Result<EvalResult> EvaluateHeldOut(const std::string& model_dir, const pb::JobSp
   }
   EvalResult out;
   out.examples = int(items.size());
+  out.prompts.resize(items.size());
+  out.completions.resize(items.size());
+  out.rewards.resize(items.size());
   double sum = 0;
   while (gen.active() > 0) {
     for (model::GenerationResult& r : gen.Step()) {
@@ -81,6 +86,9 @@ Result<EvalResult> EvaluateHeldOut(const std::string& model_dir, const pb::JobSp
         }
       }
       const sandbox::Verdict v = source->Verify(it.example, text);
+      out.prompts[r.id] = it.example.prompt;
+      out.completions[r.id] = text;
+      out.rewards[r.id] = v.scored() ? v.reward : 0;
       if (v.scored()) {
         sum += v.reward;
       } else {

@@ -17,9 +17,13 @@ struct EvalResult {
   double mean_reward = 0;
   int examples = 0;
   int verifier_errors = 0;  // examples the verifier could not score (counted as 0)
+  std::vector<std::string> prompts, completions;
+  std::vector<double> rewards;
 };
 
+// temperature 0: greedy (the reported metric); > 0: sampled with spec.sampling's seed, to see
+// what the rollout sees.
 Result<EvalResult> EvaluateHeldOut(const std::string& model_dir, const pb::JobSpec& spec,
-                                   const std::string& adapter_dir, int n);
+                                   const std::string& adapter_dir, int n, float temperature = 0);
 
 }  // namespace marlaas::pipeline

@@ -419,7 +419,9 @@ void Rollout::FlushOutputs() {
     if (tenant != nullptr) {
       --tenant->open_groups;
       if (st.ok()) {
+        // Counted at once: a restarted rollout paces itself from this count.
         ++tenant->metrics.groups;
+        (void)metrics_.StoreTenant(tenant->row, tenant->metrics);
         pipeline::AppendLine(pipeline::TenantDir(args_.state_dir, tenant->id) + "/produced.log",
                              std::to_string(group_id));
       }

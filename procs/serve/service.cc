@@ -170,9 +170,19 @@ void Service::Tick() {
       st.crashes_in_row = 0;  // it has stayed up
     }
   }
-  // Tenants the trainer has finished.
+  // Tenants the trainer has finished, and tenants whose verifier keeps failing.
   for (auto& [row, rec] : table_->Snapshot()) {
     if (rec.state != TenantState::kRunning) continue;
+    auto vm = metrics_[1].LoadTenant(row);
+    if (vm.ok() && vm->generation == rec.generation &&
+        vm->verifier_errors >= kFailAfterVerifierErrors && vm->verifier_errors > 2 * vm->groups) {
+      TenantRecord r = rec;
+      r.state = TenantState::kFailed;
+      std::snprintf(r.reason, sizeof(r.reason), "%s", vm->last_error);
+      (void)table_->Put(row, r);
+      std::fprintf(stderr, "[serve] tenant %s failed: %s\n", rec.id, vm->last_error);
+      continue;
+    }
     auto tm = metrics_[2].LoadTenant(row);
     if (tm.ok() && tm->generation == rec.generation && tm->steps >= rec.max_steps) {
       TenantRecord r = rec;

@@ -2,7 +2,8 @@
 // (tenant table, adapter store, metrics, the three rings), spawns the rollout, verifier and
 // trainer processes, restarts any that exits within a second (a stage that keeps crashing is
 // restarted with a growing delay, capped at 1 s), admits tenants from job specs, marks them
-// finished when the trainer reports max_steps, and removes the segments when it stops.
+// finished when the trainer reports max_steps (or failed when their verifier keeps failing), and
+// removes the segments when it stops.
 // A Service object is driven by one thread: call Tick() often (every ~50 ms).
 #pragma once
 
@@ -40,6 +41,10 @@ struct StageView {
   EngineMetrics engine{};
 };
 
+// A tenant whose verifier failed this many groups, and more than twice as many as it scored, is
+// marked failed with the verifier's last error as the reason.
+inline constexpr uint64_t kFailAfterVerifierErrors = 8;
+
 class Service {
  public:
   static Result<std::unique_ptr<Service>> Start(const ServiceOptions& options);
@@ -48,8 +53,7 @@ class Service {
   // Validates the spec, writes <state>/tenants/<id>/job.json and makes the tenant running. A
   // tenant id that is already running is refused. Nothing changes when it fails.
   Status Admit(const pb::JobSpec& spec);
-  // Supervision: restarts dead stages, updates tenant states. Returns the tenants that just
-  // finished.
+  // Supervision: restarts dead stages and updates tenant states.
   void Tick();
   // True when every admitted tenant is finished, stopped or failed.
   bool AllDone() const;

@@ -384,7 +384,9 @@ void Trainer::FinishStep(TrainTenant* t, const std::vector<pb::TrajectoryGroup>&
   }
   double sum = 0, sq = 0;
   size_t n = 0;
+  std::vector<uint64_t> ids;
   for (const pb::TrajectoryGroup& g : groups) {
+    ids.push_back(g.group_id());
     for (const pb::Trajectory& tr : g.trajectories()) {
       sum += tr.reward();
       sq += double(tr.reward()) * tr.reward();
@@ -401,7 +403,7 @@ void Trainer::FinishStep(TrainTenant* t, const std::vector<pb::TrajectoryGroup>&
       nlohmann::json{{"step", t->ck.steps},
                      {"version", t->ck.version},
                      {"reward_mean", t->ck.last_reward_mean},
-                     {"groups", groups.size()},
+                     {"groups", ids},
                      {"loss", loss},
                      {"updated", trained != 0},
                      {"staleness", trained_at - std::min(trained_at, behaviour_min)},

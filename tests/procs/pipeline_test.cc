@@ -1,0 +1,176 @@
+// The multi-process pipeline end to end: real rollout, verifier and trainer processes under a
+// real supervisor, on the tiny base model. Crash tests kill -9 stage processes mid-run.
+#include "procs/common/pipeline.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "base/process.h"
+#include "shm/adapter_store.h"
+#include "shm/ring_producer.h"
+#include "tests/procs/pipeline_fixture.h"
+
+namespace marlaas::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Waits until `pid` (a child of the service, killed) no longer counts as alive.
+void WaitDead(pid_t pid) {
+  const ProcessIdentity id = IdentityOf(pid);
+  for (int i = 0; i < 500 && !id.empty() && IsAlive(id); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+}
+
+// Takes over the producer end of `ring` (its producer was just killed) and commits junk.
+void InjectJunk(const std::string& instance, const char* ring) {
+  auto p = RingProducer::Attach({instance, ring});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const std::string junk = "\xff\xff\xff\xff not a protobuf message";
+  ASSERT_TRUE(
+      p->Push(pipeline::kGroupRecord, junk.data(), junk.size(), Deadline::AfterMs(1000)).ok());
+}
+
+TEST_F(PipelineTest, KillEachStageMidRunLosesNothing) {
+  StartService();
+  const int kSteps = 12;
+  ASSERT_TRUE(service_->Admit(SmallJob("arith", "arithmetic", kSteps, 1)).ok());
+  ASSERT_TRUE(service_->Admit(SmallJob("py", "python_functions", kSteps, 2)).ok());
+  auto store = AdapterStore::Attach(instance_);
+  ASSERT_TRUE(store.ok());
+  std::map<int, uint64_t> last_version;
+  bool went_backwards = false;
+  auto watch_versions = [&] {
+    for (int slot = 0; slot < 2; ++slot) {
+      auto v = store->PublishedVersion(slot);
+      if (!v.ok()) continue;
+      if (*v < last_version[slot]) went_backwards = true;
+      last_version[slot] = *v;
+    }
+  };
+  auto max_steps = [&] {
+    uint64_t m = 0;
+    for (const auto& t : service_->Tenants()) m = std::max(m, t.trainer.steps);
+    return m;
+  };
+  // Kill the rollout, then the verifier, then the trainer, each once training is under way; after
+  // the first two, commit a malformed record in the ring they produced.
+  const struct {
+    const char* role;
+    uint64_t at_step;
+    const char* ring;
+  } kKills[] = {{"rollout", 2, pipeline::kTrajRing},
+                {"verifier", 5, pipeline::kScoredRing},
+                {"trainer", 8, nullptr}};
+  for (const auto& k : kKills) {
+    ASSERT_TRUE(RunUntil([&] { return max_steps() >= k.at_step; }, 90, watch_versions))
+        << "training stalled before killing the " << k.role;
+    const pid_t pid = service_->StagePid(k.role);
+    ASSERT_GT(pid, 0);
+    ASSERT_EQ(kill(pid, SIGKILL), 0);
+    WaitDead(pid);
+    if (k.ring) InjectJunk(instance_, k.ring);
+  }
+  ASSERT_TRUE(RunUntil([&] { return service_->AllDone() && Drained(); }, 150, watch_versions))
+      << "the run did not complete after the kills";
+  EXPECT_FALSE(went_backwards) << "an adapter version went backwards";
+  for (const serve::StageView& s : service_->Stages())
+    EXPECT_EQ(s.restarts, 1) << s.role << " was not restarted exactly once";
+  for (const serve::TenantView& t : service_->Tenants()) {
+    const std::string id = t.record.id;
+    EXPECT_EQ(t.record.state, TenantState::kFinished) << id;
+    EXPECT_EQ(t.trainer.steps, uint64_t(kSteps)) << id;
+    // No committed group is lost: every one the rollout committed was trained or dropped (with
+    // its reason logged), as recorded in the final checkpoint.
+    const std::set<uint64_t> produced = Produced(id), retired = Retired(id);
+    EXPECT_GE(produced.size(), uint64_t(kSteps) * 2) << id;
+    for (uint64_t g : produced) EXPECT_TRUE(retired.count(g)) << id << " lost group " << g;
+    EXPECT_EQ(retired.size(), t.trainer.groups + t.trainer.groups_dropped) << id;
+    // The staleness bound held for everything trained.
+    for (int b = 2; b < kStalenessBuckets; ++b) EXPECT_EQ(t.trainer.staleness[b], 0u) << id;
+    std::ifstream steps(TenantDir(id) + "/steps.jsonl");
+    for (std::string line; std::getline(steps, line);) {
+      auto e = nlohmann::json::parse(line);
+      EXPECT_LE(e["staleness"].get<int>(), 1) << id << ": " << line;
+    }
+    if (t.trainer.groups_dropped > 0) {
+      EXPECT_NE(ReadAll(TenantDir(id) + "/trainer.log").find("dropped group"), std::string::npos)
+          << id << " dropped groups without logging why";
+    }
+  }
+  // The malformed records were quarantined and logged, and no stage died of them.
+  EXPECT_NE(ReadAll(state_dir_ + "/logs/verifier.log").find("quarantined"), std::string::npos);
+  EXPECT_NE(ReadAll(state_dir_ + "/logs/trainer.log").find("quarantined"), std::string::npos);
+}
+
+TEST_F(PipelineTest, BrokenTenantVerifiersDoNotHarmOthers) {
+  StartService();
+  const std::string data = state_dir_ + "/custom.jsonl";
+  {
+    std::ofstream f(data);
+    for (int i = 0; i < 8; ++i)
+      f << nlohmann::json{{"id", std::to_string(i)},
+                          {"prompt", "Q: " + std::to_string(i) + "+1=\nA:"},
+                          {"reference", std::to_string(i + 1)}}
+               .dump()
+        << "\n";
+  }
+  auto custom = [&](const std::string& id, const std::string& script) {
+    pb::JobSpec j = SmallJob(id, "custom", 4, 9);
+    j.mutable_dataset()->set_jsonl_path(data);
+    j.mutable_dataset()->set_eval_prompts(2);
+    j.mutable_verifier()->add_command("/bin/sh");
+    j.mutable_verifier()->add_command("-c");
+    j.mutable_verifier()->add_command(script);
+    j.mutable_sandbox()->set_timeout_ms(300);
+    return j;
+  };
+  ASSERT_TRUE(service_->Admit(SmallJob("good1", "arithmetic", 6, 3)).ok());
+  ASSERT_TRUE(service_->Admit(custom("hangs", "sleep 60")).ok());
+  ASSERT_TRUE(service_->Admit(custom("crashes", "kill -SEGV $$")).ok());
+  ASSERT_TRUE(service_->Admit(SmallJob("good2", "countdown", 6, 4)).ok());
+  ASSERT_TRUE(RunUntil([&] { return service_->AllDone(); }, 170)) << "the run did not finish";
+  for (const serve::TenantView& t : service_->Tenants()) {
+    const std::string id = t.record.id;
+    if (id.rfind("good", 0) == 0) {
+      EXPECT_EQ(t.record.state, TenantState::kFinished) << id;
+      EXPECT_EQ(t.trainer.steps, 6u) << id;
+      EXPECT_EQ(t.verifier.verifier_errors, 0u) << id;
+    } else {
+      // Its status says why; its groups were dropped with the reason, never scored as wrong.
+      EXPECT_EQ(t.record.state, TenantState::kFailed) << id;
+      EXPECT_NE(std::string(t.record.reason).find("verifier failed"), std::string::npos)
+          << id << ": " << t.record.reason;
+      EXPECT_EQ(t.trainer.steps, 0u) << id;
+      EXPECT_NE(ReadAll(TenantDir(id) + "/trainer.log").find("verifier failed"), std::string::npos)
+          << id;
+    }
+  }
+  // The supervisor did not restart anything: a broken tenant verifier never crashes a stage.
+  for (const serve::StageView& s : service_->Stages()) EXPECT_EQ(s.restarts, 0) << s.role;
+}
+
+TEST_F(PipelineTest, InvalidJobSpecIsRefusedAndChangesNothing) {
+  StartService();
+  pb::JobSpec bad = SmallJob("bad", "arithmetic", 3, 1);
+  bad.mutable_lora()->set_rank(0);
+  Status st = service_->Admit(bad);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("lora.rank"), std::string::npos) << st.message();
+  EXPECT_TRUE(service_->Tenants().empty());
+  EXPECT_FALSE(fs::exists(TenantDir("bad")));
+  ASSERT_TRUE(service_->Admit(SmallJob("ok", "arithmetic", 3, 1)).ok());
+  st = service_->Admit(SmallJob("ok", "countdown", 3, 1));
+  EXPECT_EQ(st.code(), StatusCode::kAlreadyExists) << st.ToString();
+  ASSERT_EQ(service_->Tenants().size(), 1u);
+  EXPECT_STREQ(service_->Tenants()[0].record.task, "arithmetic");
+}
+
+}  // namespace
+}  // namespace marlaas::testing
