@@ -76,6 +76,10 @@ TEST_F(PipelineTest, KillEachStageMidRunLosesNothing) {
     ASSERT_EQ(kill(pid, SIGKILL), 0);
     WaitDead(pid);
     if (k.ring) InjectJunk(instance_, k.ring);
+    // serve restarts it within a second.
+    EXPECT_TRUE(RunUntil(
+        [&] { return service_->StagePid(k.role) > 0 && service_->StagePid(k.role) != pid; }, 1.0))
+        << k.role << " was not restarted within 1 s";
   }
   ASSERT_TRUE(RunUntil([&] { return service_->AllDone() && Drained(); }, 150, watch_versions))
       << "the run did not complete after the kills";

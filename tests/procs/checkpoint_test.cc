@@ -1,0 +1,137 @@
+// Trainer checkpoints: a save/load round trip restores the adapter, the AdamW moments and every
+// counter exactly; a truncated or altered newest checkpoint is reported by file name and the
+// previous one is loaded instead; with none loadable the error names them all.
+#include "procs/trainer/checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "model/pretrain.h"
+
+namespace marlaas::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Trained {
+  model::LoraAdapter adapter;
+  std::unique_ptr<torch::optim::AdamW> opt;
+};
+
+// An adapter after `steps` AdamW steps on a fixed pseudo-gradient.
+Trained MakeTrained(const model::BaseWeights& base, int steps) {
+  Trained t;
+  t.adapter = *model::LoraAdapter::Create(base, 4, 8.0f, 0x7f, 3);
+  t.adapter.flat().set_requires_grad(true);
+  t.opt = std::make_unique<torch::optim::AdamW>(std::vector<torch::Tensor>{t.adapter.flat()},
+                                                torch::optim::AdamWOptions(1e-2));
+  for (int i = 0; i < steps; ++i) {
+    t.opt->zero_grad();
+    auto loss = (t.adapter.flat() * torch::linspace(-1, 1, t.adapter.flat().numel())).sum() +
+                t.adapter.flat().pow(2).sum();
+    loss.backward();
+    t.opt->step();
+  }
+  return t;
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path().string() + "/marlaas-ckpt-" + std::to_string(getpid());
+    fs::remove_all(dir_);
+    base_ = model::BaseWeights::Random(model::TinyConfig(), 5);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string dir_;
+  std::shared_ptr<model::BaseWeights> base_;
+};
+
+TEST_F(CheckpointTest, RoundTripRestoresAdapterOptimizerAndCounters) {
+  Trained t = MakeTrained(*base_, 3);
+  CheckpointState s;
+  s.version = 4;
+  s.steps = 3;
+  s.groups_trained = 6;
+  s.groups_dropped = 1;
+  s.last_reward_mean = 0.375;
+  s.retired_groups = {11, 12, 99};
+  ASSERT_TRUE(SaveCheckpoint(dir_, t.adapter, *t.opt, s).ok());
+  std::unique_ptr<torch::optim::AdamW> opt;
+  auto loaded = LoadLatestCheckpoint(dir_, *base_, [&](model::LoraAdapter* a) {
+    a->flat().set_requires_grad(true);
+    opt = std::make_unique<torch::optim::AdamW>(std::vector<torch::Tensor>{a->flat()},
+                                                torch::optim::AdamWOptions(1e-2));
+    return opt.get();
+  });
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_TRUE(torch::equal(loaded->adapter.flat(), t.adapter.flat()));
+  EXPECT_EQ(loaded->state.version, 4u);
+  EXPECT_EQ(loaded->state.steps, 3u);
+  EXPECT_EQ(loaded->state.groups_trained, 6u);
+  EXPECT_EQ(loaded->state.groups_dropped, 1u);
+  EXPECT_DOUBLE_EQ(loaded->state.last_reward_mean, 0.375);
+  EXPECT_EQ(loaded->state.retired_groups, (std::vector<uint64_t>{11, 12, 99}));
+  // The optimizer resumes exactly: one more step from either gives the same parameters.
+  auto step = [](model::LoraAdapter& a, torch::optim::AdamW& o) {
+    o.zero_grad();
+    (a.flat() * torch::linspace(-1, 1, a.flat().numel())).sum().backward();
+    o.step();
+  };
+  step(t.adapter, *t.opt);
+  step(loaded->adapter, *opt);
+  EXPECT_TRUE(torch::allclose(loaded->adapter.flat(), t.adapter.flat(), 0, 1e-7));
+}
+
+TEST_F(CheckpointTest, TruncatedNewestFallsBackToThePreviousAndSaysWhich) {
+  for (uint64_t steps : {2, 4}) {
+    Trained t = MakeTrained(*base_, int(steps));
+    CheckpointState s;
+    s.steps = steps;
+    s.version = steps + 1;
+    ASSERT_TRUE(SaveCheckpoint(dir_, t.adapter, *t.opt, s).ok());
+  }
+  const std::string newest = dir_ + "/checkpoints/step-00000004/adapter_model.safetensors";
+  ASSERT_TRUE(fs::exists(newest));
+  fs::resize_file(newest, fs::file_size(newest) / 2);
+  std::unique_ptr<torch::optim::AdamW> opt;
+  auto make = [&](model::LoraAdapter* a) {
+    opt = std::make_unique<torch::optim::AdamW>(std::vector<torch::Tensor>{a->flat()},
+                                                torch::optim::AdamWOptions(1e-2));
+    return opt.get();
+  };
+  auto loaded = LoadLatestCheckpoint(dir_, *base_, make);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->state.steps, 2u);
+  ASSERT_EQ(loaded->skipped.size(), 1u);
+  EXPECT_NE(loaded->skipped[0].find("step-00000004/adapter_model.safetensors"), std::string::npos)
+      << loaded->skipped[0];
+  // Both broken: the error names each.
+  const std::string older = dir_ + "/checkpoints/step-00000002/optimizer.pt";
+  fs::resize_file(older, 10);
+  auto none = LoadLatestCheckpoint(dir_, *base_, make);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(none.status().message().find("step-00000002/optimizer.pt"), std::string::npos)
+      << none.status().message();
+  EXPECT_NE(none.status().message().find("step-00000004"), std::string::npos);
+}
+
+TEST_F(CheckpointTest, KeepsOnlyTheTwoNewest) {
+  Trained t = MakeTrained(*base_, 1);
+  for (uint64_t steps = 1; steps <= 4; ++steps) {
+    CheckpointState s;
+    s.steps = steps;
+    ASSERT_TRUE(SaveCheckpoint(dir_, t.adapter, *t.opt, s).ok());
+  }
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir_ + "/checkpoints"))
+    names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"LATEST", "step-00000003", "step-00000004"}));
+}
+
+}  // namespace
+}  // namespace marlaas::trainer
