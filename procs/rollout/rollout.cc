@@ -38,11 +38,12 @@ struct RolloutTenant {
   AdapterLayout layout{};
   std::shared_ptr<const model::LoraAdapter> adapter;  // latest published
   uint64_t version = 0;
-  uint64_t open_groups = 0;  // started here, not yet committed
-  uint64_t retired = 0;      // trainer: trained + dropped
-  uint64_t dropped = 0;      // trainer: dropped
-  bool finished = false;     // trainer reached max_steps, or the tenant left
-  TenantMetrics metrics{};   // ours: groups committed, cursor, samples, tokens
+  uint64_t open_groups = 0;          // started here, not yet committed
+  std::deque<uint64_t> start_order;  // open groups' ids, oldest first
+  uint64_t retired = 0;              // trainer: trained + dropped
+  uint64_t dropped = 0;              // trainer: dropped
+  bool finished = false;             // trainer reached max_steps, or the tenant left
+  TenantMetrics metrics{};           // ours: groups committed, cursor, samples, tokens
 };
 
 struct OpenGroup {
@@ -268,6 +269,7 @@ void Rollout::StartGroup(RolloutTenant* t) {
     AddToGenerator(raw);
   }
   ++t->open_groups;
+  t->start_order.push_back(group_id);
   groups_[group_id] = std::move(g);
 }
 
@@ -339,13 +341,21 @@ void Rollout::FinishSequence(Sequence* s) {
       tok_.Decode(std::vector<int32_t>(s->tokens.begin() + s->prompt_tokens, s->tokens.end())));
   OpenGroup* g = s->group;
   if (--g->remaining > 0) return;
+  // Groups leave in the order they started, per tenant: the trainer then sees them in that order,
+  // which is what makes count-based pacing bound the staleness.
   RolloutTenant* t = g->tenant;
-  std::string bytes;
-  g->group.SerializeToString(&bytes);
-  outbox_.emplace_back(pipeline::kGroupRecord, std::move(bytes));
-  outbox_groups_.emplace_back(t, g->group.group_id());
-  t->metrics.samples += uint64_t(g->group.trajectories_size());
-  groups_.erase(g->group.group_id());
+  while (!t->start_order.empty()) {
+    auto it = groups_.find(t->start_order.front());
+    if (it != groups_.end() && it->second->remaining > 0) break;
+    t->start_order.pop_front();
+    if (it == groups_.end()) continue;
+    std::string bytes;
+    it->second->group.SerializeToString(&bytes);
+    outbox_.emplace_back(pipeline::kGroupRecord, std::move(bytes));
+    outbox_groups_.emplace_back(t, it->first);
+    t->metrics.samples += uint64_t(it->second->group.trajectories_size());
+    groups_.erase(it);
+  }
 }
 
 void Rollout::DrainToolResults() {

@@ -1,7 +1,8 @@
 // The rollout stage (DESIGN.md §1): one base model, every running tenant's adapter, continuous
 // batching across tenants (model/generator.h). For each tenant it samples GRPO groups
 // (group_size completions of one training prompt, all with the adapter version current when the
-// group starts) and commits each finished group to the verifier's ring as one record.
+// group starts) and commits each finished group to the verifier's ring as one record, in the
+// order the tenant's groups started.
 //  - Pacing: a tenant has at most (max_staleness + 1) * prompts_per_step groups between "started
 //    here" and "retired by the trainer" (trained or dropped, read from the trainer's metrics), so
 //    the staleness bound holds without discarding work.

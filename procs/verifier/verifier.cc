@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "procs/common/task_source.h"
@@ -304,8 +305,14 @@ Status Verifier::Run() {
       }
       break;
     }
-    for (Slot& s : window)
-      if (s.job && !s.pushed && pool_.IsDone(*s.job)) Finish(&s);
+    // Commit finished work as it comes, but each tenant's in ring order (a tenant still waiting
+    // on an earlier record holds back only its own later ones).
+    std::set<std::string> blocked;
+    for (Slot& s : window) {
+      if (!s.job || s.pushed) continue;
+      if (!blocked.count(s.job->tenant_key) && pool_.IsDone(*s.job)) Finish(&s);
+      if (!s.pushed) blocked.insert(s.job->tenant_key);
+    }
     // Acknowledge the finished prefix.
     RecordView last;
     bool any = false;

@@ -3,7 +3,8 @@
 // threads whose sandbox runs are child processes. Scored groups go to the trainer's ring, tool
 // results back to the rollout. A record is acknowledged only after its output is committed, so a
 // killed verifier's successor redoes exactly the unfinished work (duplicates are dropped by id
-// downstream). Outputs are committed as they finish, so one slow or hanging tenant verifier
+// downstream). Outputs are committed as they finish (each tenant's in ring order), so one slow or
+// hanging tenant verifier
 // delays only its own tenant: each tenant may occupy at most workers-1 workers (when there are
 // two or more), and after a verifier infrastructure failure the rest of that group is not run.
 // A group with a verifier failure is forwarded with `failure` set (never scored as wrong).
