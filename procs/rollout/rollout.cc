@@ -193,6 +193,8 @@ void Rollout::SyncTenants() {
     t->finished = w.record.state != TenantState::kRunning;
     auto tm = trainer_metrics_.LoadTenant(w.row);
     if (tm.ok() && tm->generation == t->generation) {
+      // A tenant resumed from checkpoints continues its data stream where training left it.
+      t->metrics.cursor = std::max(t->metrics.cursor, tm->cursor);
       t->retired = tm->groups + tm->groups_dropped;
       t->dropped = tm->groups_dropped;
       if (tm->steps >= t->spec.max_steps()) t->finished = true;

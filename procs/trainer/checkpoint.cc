@@ -56,6 +56,8 @@ Result<LoadedCheckpoint> LoadOne(
     s.steps = st.at("steps").get<uint64_t>();
     s.groups_trained = st.at("groups_trained").get<uint64_t>();
     s.groups_dropped = st.at("groups_dropped").get<uint64_t>();
+    s.groups_degenerate = st.at("groups_degenerate").get<uint64_t>();
+    s.data_cursor = st.at("data_cursor").get<uint64_t>();
     s.last_reward_mean = st.at("last_reward_mean").get<double>();
     s.retired_groups = st.at("retired_groups").get<std::vector<uint64_t>>();
   } catch (const std::exception& e) {
@@ -96,6 +98,8 @@ Status SaveCheckpoint(const std::string& tenant_dir, const model::LoraAdapter& a
              {"steps", state.steps},
              {"groups_trained", state.groups_trained},
              {"groups_dropped", state.groups_dropped},
+             {"groups_degenerate", state.groups_degenerate},
+             {"data_cursor", state.data_cursor},
              {"last_reward_mean", state.last_reward_mean},
              {"retired_groups", state.retired_groups},
              {"files", json::object()}};

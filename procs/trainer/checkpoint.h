@@ -25,6 +25,8 @@ struct CheckpointState {
   uint64_t steps = 0;
   uint64_t groups_trained = 0;
   uint64_t groups_dropped = 0;
+  uint64_t groups_degenerate = 0;  // trained groups with all-equal rewards (no gradient)
+  uint64_t data_cursor = 0;        // 1 + the highest prompt index trained on
   double last_reward_mean = 0;
   std::vector<uint64_t> retired_groups;  // ids of every group trained or dropped
 };

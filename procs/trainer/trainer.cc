@@ -79,7 +79,7 @@ class Trainer {
   void Retire(TrainTenant* t, uint64_t group_id, const std::string& drop_reason);
   void TrainReady(bool under_pressure);
   void FinishStep(TrainTenant* t, const std::vector<pb::TrajectoryGroup>& groups, double loss,
-                  int trained_groups);
+                  int updated, int degenerate);
   Status Publish(TrainTenant* t);
   void Checkpoint(TrainTenant* t);
   void AckDone();
@@ -295,11 +295,13 @@ void Trainer::TrainReady(bool under_pressure) {
   std::vector<std::vector<pb::TrajectoryGroup>> batches;
   std::vector<rl::TenantStep> steps;
   std::vector<size_t> step_of;  // index into steps per stepping tenant, or npos
+  std::map<TrainTenant*, int> degenerate_in_step;
   for (auto& [row, tp] : tenants_) {
     TrainTenant* t = tp.get();
     const size_t need = t->spec.prompts_per_step();
     if (t->finished || t->ready.empty() || (t->ready.size() < need && t != forced)) continue;
     std::vector<pb::TrajectoryGroup> batch;
+    int degenerate = 0;
     rl::TenantStep step;
     step.adapter = &t->adapter;
     step.optimizer = t->optimizer.get();
@@ -324,6 +326,8 @@ void Trainer::TrainReady(bool under_pressure) {
       for (const pb::Trajectory& tr : g.trajectories()) rewards.push_back(tr.reward());
       const rl::GroupAdvantages adv =
           rl::ComputeAdvantages(rewards, t->spec.grpo().normalize_std());
+      t->ck.data_cursor = std::max<uint64_t>(t->ck.data_cursor, g.prompt_id() + 1);
+      if (adv.degenerate) ++degenerate;
       if (!adv.degenerate) {
         for (int i = 0; i < g.trajectories_size(); ++i) {
           const pb::Trajectory& tr = g.trajectories(i);
@@ -342,6 +346,8 @@ void Trainer::TrainReady(bool under_pressure) {
       batch.push_back(std::move(g));
     }
     if (batch.empty()) continue;
+    t->ck.groups_degenerate += uint64_t(degenerate);
+    degenerate_in_step[t] = degenerate;
     stepping.push_back(t);
     batches.push_back(std::move(batch));
     step_of.push_back(step.completions.empty() ? SIZE_MAX : steps.size());
@@ -366,13 +372,14 @@ void Trainer::TrainReady(bool under_pressure) {
   if (!steps.empty()) results = rl::MultiTenantStep(model_, steps);
   for (size_t k = 0; k < stepping.size(); ++k) {
     const double loss = step_of[k] == SIZE_MAX ? 0 : results[step_of[k]].loss;
-    FinishStep(stepping[k], batches[k], loss, step_of[k] == SIZE_MAX ? 0 : 1);
+    FinishStep(stepping[k], batches[k], loss, step_of[k] == SIZE_MAX ? 0 : 1,
+               degenerate_in_step[stepping[k]]);
   }
   engine_.busy_ns += uint64_t(MonotonicNanos() - t0);
 }
 
 void Trainer::FinishStep(TrainTenant* t, const std::vector<pb::TrajectoryGroup>& groups,
-                         double loss, int trained) {
+                         double loss, int trained, int degenerate) {
   const uint64_t behaviour_min = groups.front().behaviour_version();
   const uint64_t trained_at = t->ck.version;
   ++t->ck.steps;
@@ -406,6 +413,7 @@ void Trainer::FinishStep(TrainTenant* t, const std::vector<pb::TrajectoryGroup>&
                      {"groups", ids},
                      {"loss", loss},
                      {"updated", trained != 0},
+                     {"degenerate_groups", degenerate},
                      {"staleness", trained_at - std::min(trained_at, behaviour_min)},
                      {"time", WallSeconds()}}
           .dump());
@@ -446,6 +454,8 @@ void Trainer::StoreMetrics() {
     t->metrics.groups = t->ck.groups_trained;
     t->metrics.groups_dropped = t->ck.groups_dropped;
     t->metrics.last_reward_mean = t->ck.last_reward_mean;
+    t->metrics.groups_degenerate = t->ck.groups_degenerate;
+    t->metrics.cursor = t->ck.data_cursor;
     queued += t->ready.size();
     (void)metrics_.StoreTenant(row, t->metrics);
   }

@@ -56,6 +56,8 @@ TEST_F(CheckpointTest, RoundTripRestoresAdapterOptimizerAndCounters) {
   s.steps = 3;
   s.groups_trained = 6;
   s.groups_dropped = 1;
+  s.groups_degenerate = 2;
+  s.data_cursor = 40;
   s.last_reward_mean = 0.375;
   s.retired_groups = {11, 12, 99};
   ASSERT_TRUE(SaveCheckpoint(dir_, t.adapter, *t.opt, s).ok());
@@ -72,6 +74,8 @@ TEST_F(CheckpointTest, RoundTripRestoresAdapterOptimizerAndCounters) {
   EXPECT_EQ(loaded->state.steps, 3u);
   EXPECT_EQ(loaded->state.groups_trained, 6u);
   EXPECT_EQ(loaded->state.groups_dropped, 1u);
+  EXPECT_EQ(loaded->state.groups_degenerate, 2u);
+  EXPECT_EQ(loaded->state.data_cursor, 40u);
   EXPECT_DOUBLE_EQ(loaded->state.last_reward_mean, 0.375);
   EXPECT_EQ(loaded->state.retired_groups, (std::vector<uint64_t>{11, 12, 99}));
   // The optimizer resumes exactly: one more step from either gives the same parameters.
