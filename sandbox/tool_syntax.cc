@@ -25,6 +25,17 @@ std::optional<ParsedToolCall> FindToolCall(std::string_view text, size_t from) {
   return std::nullopt;
 }
 
+std::optional<ParsedToolCall> TrailingToolCall(std::string_view text) {
+  size_t from = 0;
+  std::optional<ParsedToolCall> call, last;
+  while ((call = FindToolCall(text, from))) {
+    last = call;
+    from = call->end;
+  }
+  if (last && last->end == text.size()) return last;
+  return std::nullopt;
+}
+
 std::string FormatToolCall(const std::string& name, const std::string& input) {
   return "<tool name=\"" + name + "\">" + input + "</tool>";
 }

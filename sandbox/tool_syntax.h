@@ -22,6 +22,10 @@ struct ParsedToolCall {
 
 // The first complete tool call in `text` at or after `from`, if any.
 std::optional<ParsedToolCall> FindToolCall(std::string_view text, size_t from = 0);
+// The call that `text` ends with (what a completion that stopped at </tool> asks for), if any.
+std::optional<ParsedToolCall> TrailingToolCall(std::string_view text);
+// How many tool round trips one completion may make.
+inline constexpr int kMaxToolTurns = 2;
 std::string FormatToolCall(const std::string& name, const std::string& input);
 std::string FormatToolResult(const std::string& output);
 

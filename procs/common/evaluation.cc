@@ -68,15 +68,10 @@ Result<EvalResult> EvaluateHeldOut(const std::string& model_dir, const pb::JobSp
       it.generated += int(r.tokens.size());
       const std::string text = tok.Decode(
           std::vector<int32_t>(it.tokens.begin() + long(it.prompt_tokens), it.tokens.end()));
-      if (tool_end && r.hit_stop && r.tokens.back() == *tool_end && it.turns < 2 &&
-          it.generated < budget) {
-        size_t from = 0;
-        std::optional<sandbox::ParsedToolCall> call, last;
-        while ((call = sandbox::FindToolCall(text, from))) {
-          last = call;
-          from = call->end;
-        }
-        if (last && last->end == text.size()) {
+      if (tool_end && r.hit_stop && r.tokens.back() == *tool_end &&
+          it.turns < sandbox::kMaxToolTurns && it.generated < budget) {
+        const auto last = sandbox::TrailingToolCall(text);
+        if (last) {
           const sandbox::ToolOutput o = sandbox::ExecuteTool(*last, sandbox::SandboxLimits{});
           const auto res = tok.Encode(sandbox::FormatToolResult(o.output));
           it.tokens.insert(it.tokens.end(), res.begin(), res.end());

@@ -26,7 +26,6 @@ namespace {
 using pipeline::StageLog;
 constexpr const char* kRole = "rollout";
 constexpr size_t kMaxActiveSequences = 96;
-constexpr int kMaxToolTurns = 2;
 constexpr int64_t kToolTimeoutNs = 30'000'000'000;
 
 struct RolloutTenant {
@@ -302,16 +301,11 @@ void Rollout::OnFinished(model::GenerationResult& r) {
   t->metrics.tokens += r.tokens.size();
   const int budget = int(t->spec.sampling().max_new_tokens());
   if (r.hit_stop && !r.tokens.empty() && r.tokens.back() == tool_end_ &&
-      s->tool_turns < kMaxToolTurns && s->generated < budget) {
+      s->tool_turns < sandbox::kMaxToolTurns && s->generated < budget) {
     const std::string text =
         tok_.Decode(std::vector<int32_t>(s->tokens.begin() + s->prompt_tokens, s->tokens.end()));
-    size_t from = 0;
-    std::optional<sandbox::ParsedToolCall> call, last;
-    while ((call = sandbox::FindToolCall(text, from))) {
-      last = call;
-      from = call->end;
-    }
-    if (last && last->end == text.size()) {
+    const auto last = sandbox::TrailingToolCall(text);
+    if (last) {
       pb::ToolCall c;
       c.set_call_id(next_call_++);
       c.set_trajectory_id(s->traj->trajectory_id());
