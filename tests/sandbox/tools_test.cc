@@ -51,6 +51,17 @@ TEST(ToolSyntaxTest, FindsCompleteCallsAndFormatsResults) {
   EXPECT_EQ(out.output, "35");
 }
 
+TEST(ToolSyntaxTest, TrailingCallIsTheLastCallOnlyWhenTheTextEndsWithIt) {
+  const std::string two =
+      "<tool name=\"calc\">1+2</tool><result>3</result> <tool name=\"calc\">3*4</tool>";
+  auto last = TrailingToolCall(two);
+  ASSERT_TRUE(last.has_value());
+  EXPECT_EQ(last->input, "3*4");
+  EXPECT_EQ(last->end, two.size());
+  EXPECT_FALSE(TrailingToolCall(two + " 12").has_value());  // something after the call
+  EXPECT_FALSE(TrailingToolCall("no call here</tool>").has_value());
+}
+
 TEST(ToolSyntaxTest, PythonToolRunsSandboxedAndUnknownToolsAreFormatErrors) {
   SandboxLimits l;
   auto py = ExecuteTool({"python", "print(sum(range(10)))", 0, 0}, l);
