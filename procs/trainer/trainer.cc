@@ -78,8 +78,9 @@ class Trainer {
   void HandleRecord(const RecordView& view);
   void Retire(TrainTenant* t, uint64_t group_id, const std::string& drop_reason);
   void TrainReady(bool under_pressure);
-  void FinishStep(TrainTenant* t, const std::vector<pb::TrajectoryGroup>& groups, double loss,
-                  int updated, int degenerate);
+  // `result` is null when every group of the step was degenerate (no update).
+  void FinishStep(TrainTenant* t, const std::vector<pb::TrajectoryGroup>& groups,
+                  const rl::TenantStepResult* result, int degenerate);
   Status Publish(TrainTenant* t);
   void Checkpoint(TrainTenant* t);
   void AckDone();
@@ -371,15 +372,14 @@ void Trainer::TrainReady(bool under_pressure) {
   std::vector<rl::TenantStepResult> results;
   if (!steps.empty()) results = rl::MultiTenantStep(model_, steps);
   for (size_t k = 0; k < stepping.size(); ++k) {
-    const double loss = step_of[k] == SIZE_MAX ? 0 : results[step_of[k]].loss;
-    FinishStep(stepping[k], batches[k], loss, step_of[k] == SIZE_MAX ? 0 : 1,
+    FinishStep(stepping[k], batches[k], step_of[k] == SIZE_MAX ? nullptr : &results[step_of[k]],
                degenerate_in_step[stepping[k]]);
   }
   engine_.busy_ns += uint64_t(MonotonicNanos() - t0);
 }
 
 void Trainer::FinishStep(TrainTenant* t, const std::vector<pb::TrajectoryGroup>& groups,
-                         double loss, int trained, int degenerate) {
+                         const rl::TenantStepResult* result, int degenerate) {
   const uint64_t behaviour_min = groups.front().behaviour_version();
   const uint64_t trained_at = t->ck.version;
   ++t->ck.steps;
@@ -411,8 +411,10 @@ void Trainer::FinishStep(TrainTenant* t, const std::vector<pb::TrajectoryGroup>&
                      {"version", t->ck.version},
                      {"reward_mean", t->ck.last_reward_mean},
                      {"groups", ids},
-                     {"loss", loss},
-                     {"updated", trained != 0},
+                     {"loss", result ? result->loss : 0.0},
+                     {"clip_fraction", result ? result->clip_fraction : 0.0},
+                     {"grad_norm", result ? result->grad_norm : 0.0},
+                     {"updated", result != nullptr},
                      {"degenerate_groups", degenerate},
                      {"staleness", trained_at - std::min(trained_at, behaviour_min)},
                      {"time", WallSeconds()}}
