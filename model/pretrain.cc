@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -29,11 +30,16 @@ uint64_t Fnv1a(const std::string& s, uint64_t h = 1469598103934665603ULL) {
 // gives a different fingerprint, so a cached folder is reused only when it is the same thing.
 std::string Fingerprint(const PretrainOptions& o, const std::vector<std::string>& corpus) {
   uint64_t h = Fnv1a(o.config.ToJson());
+  if (!o.answer_marker.empty()) h = Fnv1a(o.answer_marker, h ^ 0xa5);
   for (const std::string& doc : corpus) h = Fnv1a(doc, h ^ 0x9e37);
   char buf[160];
-  std::snprintf(buf, sizeof(buf), "v1-seed%llu-steps%d-b%d-l%d-lr%g-w%d-%016llx",
+  std::snprintf(buf, sizeof(buf), "v1-seed%llu-steps%d-b%d-l%d-lr%g-w%d%s-%016llx",
                 (unsigned long long)o.seed, o.steps, o.batch, o.seq_len, double(o.learning_rate),
-                o.warmup_steps, (unsigned long long)h);
+                o.warmup_steps, o.align_to_documents ? "-aligned" : "", (unsigned long long)h);
+  if (!o.answer_marker.empty()) {
+    std::snprintf(buf + std::strlen(buf), sizeof(buf) - std::strlen(buf), "-pw%g",
+                  double(o.prompt_loss_weight));
+  }
   return buf;
 }
 
@@ -92,9 +98,23 @@ Result<PretrainReport> Pretrain(const PretrainOptions& o, const std::vector<std:
   MARLAAS_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::FromJson(tokenizer_json));
   const int32_t eot = *tok.TokenId("<|endoftext|>");
   std::vector<int64_t> stream;
+  std::vector<int64_t> doc_starts;  // where each document begins in the stream
+  std::vector<float> weight;        // loss weight of predicting stream[i]
   for (const std::string& doc : corpus) {
-    for (int32_t id : tok.Encode(doc)) stream.push_back(id);
+    doc_starts.push_back(int64_t(stream.size()));
+    size_t prompt_tokens = 0;
+    if (!o.answer_marker.empty()) {
+      const size_t at = doc.find(o.answer_marker);
+      if (at != std::string::npos)
+        prompt_tokens = tok.Encode(doc.substr(0, at + o.answer_marker.size())).size();
+    }
+    const std::vector<int32_t> ids = tok.Encode(doc);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      stream.push_back(ids[i]);
+      weight.push_back(i < prompt_tokens ? o.prompt_loss_weight : 1.0f);
+    }
     stream.push_back(eot);
+    weight.push_back(1.0f);
   }
   if (int64_t(stream.size()) < o.seq_len + 2) {
     return Status(StatusCode::kInvalidArgument, "pretraining corpus is shorter than one sequence");
@@ -114,17 +134,24 @@ Result<PretrainReport> Pretrain(const PretrainOptions& o, const std::vector<std:
   torch::optim::AdamW opt(
       params, torch::optim::AdamWOptions(o.learning_rate).betas({0.9, 0.95}).weight_decay(0.01));
   std::mt19937_64 rng(o.seed ^ 0xda7a5eedULL);
-  std::uniform_int_distribution<int64_t> start(0, int64_t(stream.size()) - o.seq_len - 1);
+  const int64_t last_start = int64_t(stream.size()) - o.seq_len - 1;
+  while (!doc_starts.empty() && doc_starts.back() > last_start) doc_starts.pop_back();
+  const bool aligned = o.align_to_documents && !doc_starts.empty();
+  std::uniform_int_distribution<int64_t> start(0, last_start);
+  std::uniform_int_distribution<size_t> start_doc(0, aligned ? doc_starts.size() - 1 : 0);
   auto stream_t = torch::tensor(stream, torch::kInt64);
+  auto weight_t = torch::tensor(weight, torch::kFloat32);
+  const bool weighted = !o.answer_marker.empty();
   const auto t0 = std::chrono::steady_clock::now();
   double loss_first = 0, loss_last = 0;
   const int window = std::min(20, o.steps);
   for (int step = 0; step < o.steps; ++step) {
-    std::vector<torch::Tensor> xs, ys;
+    std::vector<torch::Tensor> xs, ys, ws;
     for (int b = 0; b < o.batch; ++b) {
-      const int64_t s = start(rng);
+      const int64_t s = aligned ? doc_starts[start_doc(rng)] : start(rng);
       xs.push_back(stream_t.narrow(0, s, o.seq_len));
       ys.push_back(stream_t.narrow(0, s + 1, o.seq_len));
+      if (weighted) ws.push_back(weight_t.narrow(0, s + 1, o.seq_len));
     }
     auto x = torch::stack(xs), y = torch::stack(ys);
     for (auto& group : opt.param_groups()) {
@@ -132,8 +159,17 @@ Result<PretrainReport> Pretrain(const PretrainOptions& o, const std::vector<std:
     }
     opt.zero_grad();
     auto logits = model.Forward(x);
-    auto loss =
-        torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}), y.view({-1}));
+    torch::Tensor loss;
+    if (weighted) {
+      auto w = torch::stack(ws).view({-1});
+      auto per_token = torch::nn::functional::cross_entropy(
+          logits.view({-1, logits.size(-1)}), y.view({-1}),
+          torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+      loss = (per_token * w).sum() / w.sum().clamp_min(1e-6);
+    } else {
+      loss =
+          torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}), y.view({-1}));
+    }
     loss.backward();
     torch::nn::utils::clip_grad_norm_(params, 1.0);
     opt.step();

@@ -99,7 +99,22 @@ sandbox::Verdict PythonFunctionsTask::Verify(const TaskExample& e,
 std::string PythonFunctionsTask::CorpusDocument(const TaskExample& e, bool correct,
                                                 uint64_t) const {
   json meta = json::parse(e.metadata_json);
-  return e.prompt + " " + meta[correct ? "solution" : "wrong"].get<std::string>() + "\n";
+  std::string code = meta["solution"];
+  if (!correct) {
+    // The wrong operation with the right constant (x * 7 -> x + 7, x + 7 -> x * 7, x % 7 ->
+    // x // 7): a wrong answer that still copies the prompt's number, so the documents do not
+    // teach the tiny base to get the number wrong (which slows its learning to copy it).
+    for (const auto& [from, to] : {std::pair<std::string, std::string>{" * ", " + "},
+                                   {" + ", " * "},
+                                   {" % ", " // "}}) {
+      const size_t at = code.find(from);
+      if (at != std::string::npos) {
+        code.replace(at, from.size(), to);
+        break;
+      }
+    }
+  }
+  return e.prompt + " " + code + "\n";
 }
 
 }  // namespace marlaas::tasks

@@ -24,7 +24,7 @@ Result<std::string> EnsureTinyBase(const std::string& state_dir, double* seconds
                  double(p.loss));
     if (p.step == p.steps) std::fprintf(stderr, "\n");
   };
-  const auto corpus = tasks::BuiltinCorpus(o.seed, 10000, 0.5);
+  const auto corpus = tasks::TinyBaseCorpus(o.seed);
   MARLAAS_ASSIGN_OR_RETURN(model::PretrainReport r, model::Pretrain(o, corpus));
   if (seconds)
     *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -1,5 +1,5 @@
 // `marlaas pretrain --out DIR [--seed N] [--steps N] [--threads N]`: the built-in tiny base,
-// trained on the arithmetic corpus, written in Hugging Face layout; cached (same options and
+// trained on the built-in tasks' corpus, written in Hugging Face layout; cached (same options and
 // corpus: nothing to do). Reports the greedy exact-match rate on held-out problems.
 #include <cstdio>
 #include <string>
@@ -54,9 +54,9 @@ int RunPretrain(const std::vector<std::string>& argv) {
   o.seed = uint64_t(seed);
   if (steps > 0) o.steps = int(steps);
   o.on_progress = ProgressBar;
-  // The built-in tasks' documents, half of them with right answers: the base model learns the
-  // formats and some of the skills, leaving reward for RL to gain.
-  const auto corpus = tasks::BuiltinCorpus(o.seed, 10000, 0.5);
+  // The built-in tasks' documents, mostly right and mostly difficulty 1: the base model learns
+  // the formats and some of the skills, leaving reward for RL to gain.
+  const auto corpus = tasks::TinyBaseCorpus(o.seed);
   auto report = model::Pretrain(o, corpus);
   if (!report.ok()) {
     std::fprintf(stderr, "marlaas pretrain: %s\n", report.status().ToString().c_str());
