@@ -1,9 +1,10 @@
-// One GRPO training step for several tenants in a single forward/backward: every tenant's
-// completions become rows of one padded batch (rows carry their tenant's adapter), each tenant's
-// loss is normalised on its own tokens, the losses are summed and backpropagated once, and then
-// each tenant's gradient is clipped and its own AdamW steps. Because adapters are disjoint
-// parameters, each tenant ends exactly where a separate step would have taken it. Trainer thread
-// only.
+// One GRPO training step for several tenants in a single backward pass: every tenant's
+// completions become rows of padded batches (tenants of similar completion lengths share one
+// batch, so short answers are not padded to long ones; rows carry their tenant's adapter), each
+// tenant's loss is normalised on its own tokens, the losses are summed and backpropagated once,
+// and then each tenant's gradient is clipped and its own AdamW steps. Because adapters are
+// disjoint parameters, each tenant ends exactly where a separate step would have taken it.
+// Trainer thread only.
 #pragma once
 
 #include <vector>

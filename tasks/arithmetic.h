@@ -13,7 +13,7 @@ struct ArithmeticProblem {
   int64_t value = 0;
 };
 
-// difficulty 1: a±b with a, b < 20; 2: < 100; 3: also a·b with b < 10; 4: a, b < 1000;
+// difficulty 1: a±b with single-digit a, b; 2: < 100; 3: also a·b with b < 10; 4: a, b < 1000;
 // 5: three operands.
 ArithmeticProblem ArithmeticProblemAt(uint64_t seed, uint64_t index, int difficulty);
 

@@ -12,11 +12,12 @@ namespace marlaas::tasks {
 
 using json = nlohmann::json;
 
+// Difficulty 1: two numbers 1-10 with + -; 2: three numbers 1-25 with + - *; 3+: four. The
 // numbers in the prompt; the target comes from a random expression over a subset of them, which
 // is kept (metadata "solution") for corpus documents.
 TaskExample CountdownTask::Example(uint64_t seed, uint64_t index, int difficulty) const {
   std::mt19937_64 rng(seed * 0x2545F4914F6CDD1DULL + index * 0x9E3779B97F4A7C15ULL + 17);
-  const int count = difficulty <= 2 ? 3 : 4;
+  const int count = difficulty <= 1 ? 2 : difficulty == 2 ? 3 : 4;
   std::vector<int> nums;
   for (int i = 0; i < count; ++i) nums.push_back(1 + int(rng() % (difficulty <= 1 ? 10 : 25)));
   std::vector<int> order = nums;

@@ -47,8 +47,8 @@ std::vector<std::string> BuiltinCorpus(uint64_t seed, size_t per_task, double co
 
 // The corpus the built-in tiny base is pretrained on (`marlaas pretrain` and the service's
 // default base): per_task examples of every built-in task, difficulties cycling 1,1,1,2 (the tiny
-// model learns difficulty 1 in its few minutes; RL starts there), arithmetic's short documents
-// kTinyBaseArithmeticRepeats times as many, each document right with probability 0.9
+// model learns difficulty 1 in its few minutes; RL starts there), twice as many arithmetic
+// (short) and calculator_tool (copying is learnt late) documents, each right with probability 0.9
 // (python_functions 0.6, whose answers are otherwise learnt almost perfectly). Tuned so the base
 // samples (temperature 1) some right and some wrong answers on difficulty-1 problems: GRPO
 // groups with mixed rewards, and room for RL to gain.

@@ -61,7 +61,7 @@ std::vector<std::string> BuiltinCorpus(uint64_t seed, size_t per_task, double co
 
 std::vector<std::string> TinyBaseCorpus(uint64_t seed, size_t per_task) {
   static constexpr int kDifficulties[] = {1, 1, 1, 2};
-  constexpr uint64_t kTinyBaseArithmeticRepeats = 2;
+
   std::vector<std::unique_ptr<Task>> tasks;
   for (const auto& n : BuiltinTaskNames()) tasks.push_back(std::move(*MakeTask(n)));
   std::mt19937_64 rng(seed ^ 0x5eedc0de);
@@ -69,7 +69,8 @@ std::vector<std::string> TinyBaseCorpus(uint64_t seed, size_t per_task) {
   std::vector<std::string> docs;
   for (size_t i = 0; i < per_task; ++i) {
     for (const auto& t : tasks) {
-      const uint64_t repeats = t->name() == "arithmetic" ? kTinyBaseArithmeticRepeats : 1;
+      // Short arithmetic documents, and the calculator's copying (learnt late), get twice as many.
+      const uint64_t repeats = t->name() == "arithmetic" || t->name() == "calculator_tool" ? 2 : 1;
       const double correct_rate = t->name() == "python_functions" ? 0.6 : 0.9;
       for (uint64_t r = 0; r < repeats; ++r) {
         const uint64_t index = i * repeats + r;

@@ -19,8 +19,10 @@ struct Tenant {
   float temperature;
 };
 
+// `extra` lengthens every completion by that many generated tokens (long completions land in a
+// batch of their own inside the step).
 Tenant MakeTenant(const model::BaseWeights& w, uint32_t rank, uint32_t mask, uint64_t seed, int n,
-                  float temperature) {
+                  float temperature, int extra = 0) {
   Tenant t;
   auto a = model::LoraAdapter::Create(w, rank, 16.0f, mask, seed);
   {
@@ -35,7 +37,7 @@ Tenant MakeTenant(const model::BaseWeights& w, uint32_t rank, uint32_t mask, uin
   std::mt19937 rng(seed);
   for (int i = 0; i < n; ++i) {
     Completion c;
-    const int prompt = 2 + int(rng() % 4), gen = 1 + int(rng() % 6);
+    const int prompt = 2 + int(rng() % 4), gen = 1 + int(rng() % 6) + extra;
     for (int j = 0; j < prompt + gen; ++j) {
       c.tokens.push_back(int32_t(rng() % uint32_t(w.config.vocab_size)));
       c.loss_mask.push_back(j >= prompt ? 1 : 0);
@@ -62,26 +64,27 @@ TEST(MultiTenantStepTest, BatchedStepEqualsSeparatePerTenantSteps) {
   auto w = *model::BaseWeights::Load(kData + "/llama");
   model::Transformer model(w);
   const uint32_t all = (1u << kNumLoraTargets) - 1;
-  // Two copies of three tenants: different ranks, targets, sizes, temperatures.
+  // Two copies of four tenants: different ranks, targets, sizes, temperatures and lengths.
   std::vector<Tenant> batched, separate;
   for (auto* set : {&batched, &separate}) {
     set->push_back(MakeTenant(*w, 4, all, 1, 3, 1.0f));
     set->push_back(MakeTenant(*w, 8, 0b0000101, 2, 5, 0.7f));
     set->push_back(MakeTenant(*w, 2, 0b1110000, 3, 2, 1.3f));
+    set->push_back(MakeTenant(*w, 4, all, 4, 3, 1.0f, 30));
   }
   const auto before = batched[0].adapter->flat().detach().clone();
   for (int step = 0; step < 2; ++step) {
     std::vector<TenantStep> all_steps;
     for (auto& t : batched) all_steps.push_back(StepOf(t));
     auto res = MultiTenantStep(model, all_steps);
-    ASSERT_EQ(res.size(), 3u);
+    ASSERT_EQ(res.size(), 4u);
     for (auto& t : separate) {
       std::vector<TenantStep> one = {StepOf(t)};
       auto r1 = MultiTenantStep(model, one);
       ASSERT_EQ(r1.size(), 1u);
     }
   }
-  for (size_t k = 0; k < 3; ++k) {
+  for (size_t k = 0; k < 4; ++k) {
     const double diff =
         (batched[k].adapter->flat() - separate[k].adapter->flat()).abs().max().item<double>();
     EXPECT_LT(diff, 1e-6) << "tenant " << k;
