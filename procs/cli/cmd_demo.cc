@@ -42,7 +42,8 @@ pb::JobSpec DemoJob(int k, int steps) {
   j.mutable_dataset()->set_difficulty(1);
   j.mutable_dataset()->set_eval_prompts(48);
   j.mutable_optimizer()->set_learning_rate(kLr[(k / 4) % 2]);
-  j.mutable_optimizer()->set_schedule(k / 4 % 2 ? "cosine" : "constant");
+  j.mutable_optimizer()->set_schedule("cosine");
+  j.mutable_optimizer()->set_warmup_steps(5);
   j.mutable_lora()->set_rank(k / 4 % 2 ? 16 : 8);
   j.mutable_sampling()->set_temperature(1.0f);
   j.mutable_sampling()->set_max_new_tokens(40);
@@ -68,7 +69,7 @@ bool ParseCount(const std::string& s, int lo, int hi, int* out) {
 
 int RunDemo(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
-  std::string state_dir = DefaultStateDir(), summary_path, tenants_s = "8", steps_s = "30",
+  std::string state_dir = DefaultStateDir(), summary_path, tenants_s = "8", steps_s = "100",
               threads_s = "1", timeout_s = "3600";
   TakeFlag(&args, "--state-dir", &state_dir);
   TakeFlag(&args, "--summary", &summary_path);

@@ -134,6 +134,7 @@ class Rollout {
   int32_t tool_end_ = -1;
 
   std::map<int, std::unique_ptr<RolloutTenant>> tenants_;
+  std::vector<std::unique_ptr<RolloutTenant>> replaced_;  // rows since reused (see SyncTenants)
   std::unordered_map<uint64_t, std::unique_ptr<OpenGroup>> groups_;  // by group id
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;     // by generator id
   std::unordered_map<uint64_t, uint64_t> parked_;                    // call id -> seq id
@@ -186,6 +187,12 @@ void Rollout::SyncTenants() {
       auto old = metrics_.LoadTenant(w.row);
       if (old.ok() && old->generation == w.record.generation) t->metrics = *old;
       t->metrics.generation = w.record.generation;
+      // A row reused by a new tenant: the old one's open groups and queued records still point
+      // at its state, so it is kept (finished) rather than freed.
+      if (it != tenants_.end()) {
+        it->second->finished = true;
+        replaced_.push_back(std::move(it->second));
+      }
       it = tenants_.insert_or_assign(w.row, std::move(t)).first;
     }
     RolloutTenant* t = it->second.get();

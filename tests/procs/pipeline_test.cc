@@ -118,7 +118,7 @@ TEST_F(PipelineTest, KillEachStageMidRunLosesNothing) {
 // its latest checkpoint or, with `adapter` empty, the base.
 double HeldOutSampledReward(const std::string& model_dir, const pb::JobSpec& job,
                             const std::string& adapter) {
-  auto r = pipeline::EvaluateHeldOut(model_dir, job, adapter, 128, 1.0f);
+  auto r = pipeline::EvaluateHeldOut(model_dir, job, adapter, 256, 1.0f);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   return r.ok() ? r->mean_reward : 0;
 }
@@ -127,11 +127,12 @@ TEST_F(PipelineTest, FourTenantsLearnTogether) {
   StartService();
   std::vector<pb::JobSpec> jobs;
   for (const auto& [id, task] :
-       std::vector<std::pair<std::string, std::string>>{{"arith", "arithmetic"},
-                                                        {"count", "countdown"},
+       std::vector<std::pair<std::string, std::string>>{{"count1", "countdown"},
+                                                        {"count2", "countdown"},
                                                         {"py", "python_functions"},
                                                         {"calc", "calculator_tool"}}) {
-    pb::JobSpec j = SmallJob(id, task, 30, 21 + jobs.size());
+    pb::JobSpec j = SmallJob(id, task, 45, 21 + jobs.size());
+    j.mutable_dataset()->set_eval_prompts(256);
     j.set_group_size(8);
     j.mutable_sampling()->set_max_new_tokens(40);
     j.mutable_optimizer()->set_learning_rate(3e-3f);
