@@ -1,3 +1,4 @@
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -43,7 +44,15 @@ Result<TaskExample> FromJsonl(const std::string& line) {
   return e;
 }
 
-std::vector<std::string> BuiltinCorpus(uint64_t seed, size_t per_task, double correct_rate) {
+namespace {
+
+// Documents for examples 0..per_task-1 of every built-in task, interleaved; task t contributes
+// repeats(t) consecutive examples per round, example k at difficulty(k), right with probability
+// correct_rate(t).
+std::vector<std::string> MixedCorpus(uint64_t seed, size_t per_task,
+                                     const std::function<int(uint64_t)>& difficulty,
+                                     const std::function<double(const Task&)>& correct_rate,
+                                     const std::function<uint64_t(const Task&)>& repeats) {
   std::vector<std::unique_ptr<Task>> tasks;
   for (const auto& n : BuiltinTaskNames()) tasks.push_back(std::move(*MakeTask(n)));
   std::mt19937_64 rng(seed ^ 0x5eedc0de);
@@ -51,36 +60,35 @@ std::vector<std::string> BuiltinCorpus(uint64_t seed, size_t per_task, double co
   std::vector<std::string> docs;
   for (size_t i = 0; i < per_task; ++i) {
     for (const auto& t : tasks) {
-      const TaskExample e = t->Example(seed, i, 1 + int(i % 3));
-      const bool correct = coin(rng) < correct_rate;
-      docs.push_back(t->CorpusDocument(e, correct, rng()));
-    }
-  }
-  return docs;
-}
-
-std::vector<std::string> TinyBaseCorpus(uint64_t seed, size_t per_task) {
-  static constexpr int kDifficulties[] = {1, 1, 1, 2};
-
-  std::vector<std::unique_ptr<Task>> tasks;
-  for (const auto& n : BuiltinTaskNames()) tasks.push_back(std::move(*MakeTask(n)));
-  std::mt19937_64 rng(seed ^ 0x5eedc0de);
-  std::uniform_real_distribution<double> coin(0.0, 1.0);
-  std::vector<std::string> docs;
-  for (size_t i = 0; i < per_task; ++i) {
-    for (const auto& t : tasks) {
-      // Short arithmetic documents, and the calculator's copying (learnt late), get twice as many.
-      const uint64_t repeats = t->name() == "arithmetic" || t->name() == "calculator_tool" ? 2 : 1;
-      const double correct_rate = t->name() == "python_functions" ? 0.6 : 0.9;
-      for (uint64_t r = 0; r < repeats; ++r) {
-        const uint64_t index = i * repeats + r;
-        const TaskExample e = t->Example(seed, index, kDifficulties[index % 4]);
-        const bool correct = coin(rng) < correct_rate;
+      const uint64_t n = repeats(*t);
+      for (uint64_t r = 0; r < n; ++r) {
+        const uint64_t index = i * n + r;
+        const TaskExample e = t->Example(seed, index, difficulty(index));
+        const bool correct = coin(rng) < correct_rate(*t);
         docs.push_back(t->CorpusDocument(e, correct, rng()));
       }
     }
   }
   return docs;
+}
+
+}  // namespace
+
+std::vector<std::string> BuiltinCorpus(uint64_t seed, size_t per_task, double correct_rate) {
+  return MixedCorpus(
+      seed, per_task, [](uint64_t i) { return 1 + int(i % 3); },
+      [&](const Task&) { return correct_rate; }, [](const Task&) { return uint64_t(1); });
+}
+
+std::vector<std::string> TinyBaseCorpus(uint64_t seed, size_t per_task) {
+  static constexpr int kDifficulties[] = {1, 1, 1, 2};
+  return MixedCorpus(
+      seed, per_task, [](uint64_t i) { return kDifficulties[i % 4]; },
+      [](const Task& t) { return t.name() == "python_functions" ? 0.6 : 0.9; },
+      // Short arithmetic documents, and the calculator's copying (learnt late), get twice as many.
+      [](const Task& t) {
+        return uint64_t(t.name() == "arithmetic" || t.name() == "calculator_tool" ? 2 : 1);
+      });
 }
 
 }  // namespace marlaas::tasks
