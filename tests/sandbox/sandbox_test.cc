@@ -65,6 +65,46 @@ TEST(SandboxTest, NothingLeaksFromOneRunIntoTheNext) {
   EXPECT_EQ(second.stdout_data, "/tmp:\n\n/work:\n");
 }
 
+// A run cannot see the service's state dir, the host's sandbox roots, or another run that is
+// going on at the same time (its files, its processes).
+TEST(SandboxTest, RunsCannotSeeTheStateDirOrEachOther) {
+  char state_tmpl[] = "/tmp/marlaas-state-test-XXXXXX";
+  ASSERT_NE(mkdtemp(state_tmpl), nullptr);
+  const std::string state = state_tmpl;
+  { std::ofstream(state + "/tenant-secret") << "adapter bytes"; }
+  SandboxLimits slow;
+  slow.wall_timeout_ms = 4000;
+  std::thread other([&] {
+    auto a = RunIn({"/bin/sh", "-c", "echo other-run-secret > /work/secret_a; sleep 1.5"}, slow);
+    EXPECT_EQ(a.outcome, SandboxOutcome::kExited) << a.setup_error;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // run A is under way
+  const std::string code =
+      "import os, glob\n"
+      "seen = []\n"
+      "for p in ['" +
+      state + "', '" + state +
+      "/tenant-secret', '/tmp/marlaas-state-test']:\n"
+      "    seen += [p] if os.path.exists(p) else []\n"
+      "seen += glob.glob('/tmp/marlaas-*') + glob.glob('/*/secret_a') + glob.glob('/*/*/secret_a') "
+      "+ os.listdir('/')\n"
+      "for pid in [d for d in os.listdir('/proc') if d.isdigit()]:\n"
+      "    seen += ['proc ' + pid]\n"
+      "    if pid != '1': seen += [open('/proc/%s/cmdline' % pid).read()]\n"
+      "print(seen)\n";
+  auto b = Python(code);
+  other.join();
+  ASSERT_EQ(b.outcome, SandboxOutcome::kExited) << b.stderr_data << b.setup_error;
+  // Only the program itself (pid 1 of its own namespace) is visible.
+  EXPECT_EQ(b.stdout_data.find("secret"), std::string::npos) << b.stdout_data;
+  EXPECT_EQ(b.stdout_data.find("marlaas-"), std::string::npos) << b.stdout_data;
+  EXPECT_EQ(b.stdout_data.find("sleep"), std::string::npos) << b.stdout_data;
+  EXPECT_NE(b.stdout_data.find("'proc 1'"), std::string::npos) << b.stdout_data;
+  EXPECT_EQ(b.stdout_data.find("'proc "), b.stdout_data.rfind("'proc ")) << b.stdout_data;
+  std::remove((state + "/tenant-secret").c_str());
+  rmdir(state.c_str());
+}
+
 // Every attack of the escape suite (the same cases `marlaas sandbox-check` runs) fails, and the
 // host is unharmed; each case is its own test.
 class EscapeSuiteTest : public ::testing::TestWithParam<EscapeCase> {};
