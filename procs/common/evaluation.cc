@@ -68,7 +68,7 @@ Result<EvalResult> EvaluateHeldOut(const std::string& model_dir, const pb::JobSp
       it.generated += int(r.tokens.size());
       const std::string text = tok.Decode(
           std::vector<int32_t>(it.tokens.begin() + long(it.prompt_tokens), it.tokens.end()));
-      if (tool_end && r.hit_stop && r.tokens.back() == *tool_end &&
+      if (tool_end && r.hit_stop && !r.tokens.empty() && r.tokens.back() == *tool_end &&
           it.turns < sandbox::kMaxToolTurns && it.generated < budget) {
         const auto last = sandbox::TrailingToolCall(text);
         if (last) {

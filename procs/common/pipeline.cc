@@ -107,6 +107,16 @@ Status PushMessage(RingProducer* ring, uint32_t type, const google::protobuf::Me
   return ring->Commit(type);
 }
 
+bool FitGroupToRing(pb::TrajectoryGroup* group, uint32_t max_record_bytes) {
+  const size_t bytes = group->ByteSizeLong();
+  if (bytes <= max_record_bytes) return false;
+  group->clear_trajectories();
+  group->set_failure(
+      "the group (" + std::to_string(bytes) + " bytes) exceeds the ring's largest record (" +
+      std::to_string(max_record_bytes) + " bytes): lower group_size or sampling.max_new_tokens");
+  return true;
+}
+
 Status ParseRecord(const RecordView& record, google::protobuf::MessageLite* msg,
                    const std::string& ring) {
   if (!msg->ParseFromArray(record.data, int(record.size))) {

@@ -61,6 +61,11 @@ void AppendLine(const std::string& path, const std::string& line);
 // Serialises `msg` straight into the ring (no intermediate copy) as one record.
 Status PushMessage(RingProducer* ring, uint32_t type, const google::protobuf::MessageLite& msg,
                    Deadline deadline);
+// A group too large for `ring` becomes a failed group with its ids kept and its trajectories
+// dropped, so it is still accounted for (the trainer drops it with this reason). Returns whether
+// it had to.
+bool FitGroupToRing(pb::TrajectoryGroup* group, uint32_t max_record_bytes);
+
 // Parses a record's payload; kCorrupt naming the ring when it is not a valid `msg`.
 Status ParseRecord(const RecordView& record, google::protobuf::MessageLite* msg,
                    const std::string& ring);

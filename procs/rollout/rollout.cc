@@ -352,6 +352,8 @@ void Rollout::FinishSequence(Sequence* s) {
     if (it != groups_.end() && it->second->remaining > 0) break;
     t->start_order.pop_front();
     if (it == groups_.end()) continue;
+    if (pipeline::FitGroupToRing(&it->second->group, out_.max_record_bytes()))
+      StageLog(kRole, "tenant %s: %s", t->id.c_str(), it->second->group.failure().c_str());
     std::string bytes;
     it->second->group.SerializeToString(&bytes);
     outbox_.emplace_back(pipeline::kGroupRecord, std::move(bytes));

@@ -184,6 +184,15 @@ void Service::Tick() {
       continue;
     }
     auto tm = metrics_[2].LoadTenant(row);
+    if (tm.ok() && tm->generation == rec.generation && tm->steps == 0 && tm->last_error[0]) {
+      // The trainer could not start the tenant (e.g. its checkpoints are unreadable).
+      TenantRecord r = rec;
+      r.state = TenantState::kFailed;
+      std::snprintf(r.reason, sizeof(r.reason), "%s", tm->last_error);
+      (void)table_->Put(row, r);
+      std::fprintf(stderr, "[serve] tenant %s failed: %s\n", rec.id, tm->last_error);
+      continue;
+    }
     if (tm.ok() && tm->generation == rec.generation && tm->steps >= rec.max_steps) {
       TenantRecord r = rec;
       r.state = TenantState::kFinished;

@@ -19,9 +19,13 @@ using json = nlohmann::json;
 const char* const kFiles[] = {"adapter_config.json", "adapter_model.safetensors", "optimizer.pt"};
 constexpr uint64_t kSeed = 0x636b7074;  // "ckpt"
 
-std::string CheckpointName(uint64_t steps) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "step-%08llu", (unsigned long long)steps);
+// step-<steps>-<groups retired>: a checkpoint saved again without a new step (a finished tenant
+// dropping late groups, a forced or final save) gets a new name, so the previous one is never
+// deleted before its replacement is in place. Zero-padded: names sort by age.
+std::string CheckpointName(const CheckpointState& s) {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "step-%08llu-%012llu", (unsigned long long)s.steps,
+                (unsigned long long)(s.groups_trained + s.groups_dropped));
   return buf;
 }
 
@@ -80,7 +84,11 @@ Result<LoadedCheckpoint> LoadOne(
 Status SaveCheckpoint(const std::string& tenant_dir, const model::LoraAdapter& adapter,
                       torch::optim::Optimizer& optimizer, const CheckpointState& state) {
   const std::string root = tenant_dir + "/checkpoints";
-  const std::string name = CheckpointName(state.steps);
+  const std::string name = CheckpointName(state);
+  if (FileExists(root + "/" + name + "/state.json")) {
+    // Nothing was trained or dropped since: the same checkpoint is already in place.
+    return WriteFileAtomically(root + "/LATEST", name + "\n");
+  }
   const std::string tmp = root + "/.tmp-" + name + "-" + std::to_string(getpid());
   std::error_code ec;
   fs::remove_all(tmp, ec);
@@ -108,7 +116,7 @@ Status SaveCheckpoint(const std::string& tenant_dir, const model::LoraAdapter& a
   }
   MARLAAS_RETURN_IF_ERROR(WriteFileAtomically(tmp + "/state.json", st.dump()));
   const std::string final_dir = root + "/" + name;
-  fs::remove_all(final_dir, ec);
+  fs::remove_all(final_dir, ec);  // an incomplete folder of that name (no state.json)
   fs::rename(tmp, final_dir, ec);
   if (ec) return Status(StatusCode::kIo, "renaming " + tmp + ": " + ec.message());
   MARLAAS_RETURN_IF_ERROR(WriteFileAtomically(root + "/LATEST", name + "\n"));

@@ -24,6 +24,7 @@ namespace {
 
 using pipeline::StageLog;
 constexpr const char* kRole = "trainer";
+constexpr int64_t kPartialStepAfterNs = 20'000'000'000;
 
 double WallSeconds() {
   return double(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -47,6 +48,7 @@ struct TrainTenant {
   uint64_t retired_total = 0;             // groups_trained + groups_dropped
   uint64_t checkpointed_retired = 0;      // retired_total at the last checkpoint
   bool finished = false;                  // reached max_steps (final checkpoint written)
+  int64_t last_arrival_ns = 0;            // when the latest group was buffered
   TenantMetrics metrics{};
 };
 
@@ -274,6 +276,7 @@ void Trainer::HandleRecord(const RecordView& view) {
   } else {
     t->buffered.insert(g.group_id());
     t->ready.push_back(std::move(g));
+    t->last_arrival_ns = MonotonicNanos();
   }
 }
 
@@ -300,7 +303,11 @@ void Trainer::TrainReady(bool under_pressure) {
   for (auto& [row, tp] : tenants_) {
     TrainTenant* t = tp.get();
     const size_t need = t->spec.prompts_per_step();
-    if (t->finished || t->ready.empty() || (t->ready.size() < need && t != forced)) continue;
+    // A partial batch is trained when the ring is under pressure, or when no group has come for
+    // kPartialStepAfterNs (the rest of the batch was lost upstream: do not wait for ever).
+    const bool idle = MonotonicNanos() - t->last_arrival_ns > kPartialStepAfterNs;
+    if (t->finished || t->ready.empty() || (t->ready.size() < need && t != forced && !idle))
+      continue;
     std::vector<pb::TrajectoryGroup> batch;
     int degenerate = 0;
     rl::TenantStep step;
@@ -370,7 +377,22 @@ void Trainer::TrainReady(bool under_pressure) {
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   }
   std::vector<rl::TenantStepResult> results;
-  if (!steps.empty()) results = rl::MultiTenantStep(model_, steps);
+  try {
+    if (!steps.empty()) results = rl::MultiTenantStep(model_, steps);
+  } catch (const std::exception& e) {
+    // E.g. out of memory on a batch this large. Retrying the same batch after a restart would
+    // fail the same way, so its groups are dropped with the reason and nothing steps.
+    const std::string why = std::string("training step failed: ") + e.what();
+    StageLog(kRole, "%s", why.substr(0, 300).c_str());
+    ++engine_.errors;
+    for (size_t k = 0; k < stepping.size(); ++k) {
+      for (const pb::TrajectoryGroup& g : batches[k])
+        Retire(stepping[k], g.group_id(), why.substr(0, 200));
+      std::snprintf(stepping[k]->metrics.last_error, sizeof(stepping[k]->metrics.last_error), "%s",
+                    why.c_str());
+    }
+    return;
+  }
   for (size_t k = 0; k < stepping.size(); ++k) {
     FinishStep(stepping[k], batches[k], step_of[k] == SIZE_MAX ? nullptr : &results[step_of[k]],
                degenerate_in_step[stepping[k]]);

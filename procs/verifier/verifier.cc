@@ -24,7 +24,7 @@ constexpr size_t kWindow = 64;  // records in flight
 
 struct Job {
   uint32_t type = 0;
-  std::string tenant_key;  // "<id>/<generation>": the unit of fairness
+  std::string tenant_key;  // the tenant id: the unit of fairness
   int row = -1;
   std::shared_ptr<const pipeline::TaskSource> source;
   pb::TrajectoryGroup group;  // kGroupRecord
@@ -221,7 +221,7 @@ std::shared_ptr<Job> Verifier::MakeJob(const RecordView& view) {
     for (const auto& t : watcher_.tenants())
       if (tenant == t.record.id && (generation == 0 || generation == t.record.generation)) w = &t;
   }
-  job->tenant_key = tenant + "/" + std::to_string(generation);
+  job->tenant_key = tenant;  // groups and tool calls of a tenant share its worker cap
   if (w == nullptr) {
     job->refuse = "tenant '" + tenant + "' is not admitted";
     if (view.type == pipeline::kGroupRecord) job->group.set_failure("verifier: " + job->refuse);
@@ -252,6 +252,7 @@ void Verifier::Finish(Slot* slot) {
     st = pipeline::PushMessage(&tools_, pipeline::kToolResultRecord, job.result,
                                Deadline::AfterMs(50));
   } else {
+    pipeline::FitGroupToRing(&job.group, scored_.max_record_bytes());
     st = pipeline::PushMessage(&scored_, pipeline::kGroupRecord, job.group, Deadline::AfterMs(50));
   }
   if (!st.ok()) return;  // downstream full or restarting: try again next round

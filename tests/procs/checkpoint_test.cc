@@ -97,7 +97,8 @@ TEST_F(CheckpointTest, TruncatedNewestFallsBackToThePreviousAndSaysWhich) {
     s.version = steps + 1;
     ASSERT_TRUE(SaveCheckpoint(dir_, t.adapter, *t.opt, s).ok());
   }
-  const std::string newest = dir_ + "/checkpoints/step-00000004/adapter_model.safetensors";
+  const std::string newest =
+      dir_ + "/checkpoints/step-00000004-000000000000/adapter_model.safetensors";
   ASSERT_TRUE(fs::exists(newest));
   fs::resize_file(newest, fs::file_size(newest) / 2);
   std::unique_ptr<torch::optim::AdamW> opt;
@@ -110,17 +111,40 @@ TEST_F(CheckpointTest, TruncatedNewestFallsBackToThePreviousAndSaysWhich) {
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   EXPECT_EQ(loaded->state.steps, 2u);
   ASSERT_EQ(loaded->skipped.size(), 1u);
-  EXPECT_NE(loaded->skipped[0].find("step-00000004/adapter_model.safetensors"), std::string::npos)
+  EXPECT_NE(loaded->skipped[0].find("step-00000004-000000000000/adapter_model.safetensors"),
+            std::string::npos)
       << loaded->skipped[0];
   // Both broken: the error names each.
-  const std::string older = dir_ + "/checkpoints/step-00000002/optimizer.pt";
+  const std::string older = dir_ + "/checkpoints/step-00000002-000000000000/optimizer.pt";
   fs::resize_file(older, 10);
   auto none = LoadLatestCheckpoint(dir_, *base_, make);
   ASSERT_FALSE(none.ok());
   EXPECT_EQ(none.status().code(), StatusCode::kCorrupt);
-  EXPECT_NE(none.status().message().find("step-00000002/optimizer.pt"), std::string::npos)
+  EXPECT_NE(none.status().message().find("step-00000002-000000000000/optimizer.pt"),
+            std::string::npos)
       << none.status().message();
   EXPECT_NE(none.status().message().find("step-00000004"), std::string::npos);
+}
+
+TEST_F(CheckpointTest, SavingAgainWithoutAStepKeepsTheOldFolderUntilTheNewIsIn) {
+  Trained t = MakeTrained(*base_, 1);
+  CheckpointState s;
+  s.steps = 5;
+  s.groups_trained = 10;
+  ASSERT_TRUE(SaveCheckpoint(dir_, t.adapter, *t.opt, s).ok());
+  ASSERT_TRUE(SaveCheckpoint(dir_, t.adapter, *t.opt, s).ok());  // nothing new: same folder
+  s.groups_dropped = 1;  // a late group dropped after the last step
+  ASSERT_TRUE(SaveCheckpoint(dir_, t.adapter, *t.opt, s).ok());
+  EXPECT_TRUE(fs::exists(dir_ + "/checkpoints/step-00000005-000000000010/state.json"));
+  EXPECT_TRUE(fs::exists(dir_ + "/checkpoints/step-00000005-000000000011/state.json"));
+  std::unique_ptr<torch::optim::AdamW> opt;
+  auto loaded = LoadLatestCheckpoint(dir_, *base_, [&](model::LoraAdapter* a) {
+    opt = std::make_unique<torch::optim::AdamW>(std::vector<torch::Tensor>{a->flat()},
+                                                torch::optim::AdamWOptions(1e-2));
+    return opt.get();
+  });
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->state.groups_dropped, 1u);
 }
 
 TEST_F(CheckpointTest, KeepsOnlyTheTwoNewest) {
@@ -134,7 +158,8 @@ TEST_F(CheckpointTest, KeepsOnlyTheTwoNewest) {
   for (const auto& e : fs::directory_iterator(dir_ + "/checkpoints"))
     names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"LATEST", "step-00000003", "step-00000004"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"LATEST", "step-00000003-000000000000",
+                                             "step-00000004-000000000000"}));
 }
 
 }  // namespace
