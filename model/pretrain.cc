@@ -167,8 +167,7 @@ Result<PretrainReport> Pretrain(const PretrainOptions& o, const std::vector<std:
           torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
       loss = (per_token * w).sum() / w.sum().clamp_min(1e-6);
     } else {
-      loss =
-          torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}), y.view({-1}));
+      loss = torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}), y.view({-1}));
     }
     loss.backward();
     torch::nn::utils::clip_grad_norm_(params, 1.0);

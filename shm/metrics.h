@@ -40,11 +40,11 @@ struct TenantMetrics {
   uint64_t staleness[kStalenessBuckets];
   // GRPO groups: rollout = committed to its ring; verifier = scored; trainer = trained.
   uint64_t groups;
-  uint64_t groups_dropped;  // trainer: dropped with a logged reason (failed, stale, finished)
-  uint64_t cursor;          // rollout: next prompt index; trainer: past the last trained prompt
+  uint64_t groups_dropped;     // trainer: dropped with a logged reason (failed, stale, finished)
+  uint64_t cursor;             // rollout: next prompt index; trainer: past the last trained prompt
   uint64_t groups_degenerate;  // trainer: trained groups whose rewards were all equal (no signal)
-  double last_reward_mean;  // trainer: mean reward of the last step's groups
-  char last_error[96];      // the latest problem of this tenant in this stage ("" when none)
+  double last_reward_mean;     // trainer: mean reward of the last step's groups
+  char last_error[96];         // the latest problem of this tenant in this stage ("" when none)
 };
 
 struct MetricsLayout {

@@ -104,9 +104,8 @@ std::string PythonFunctionsTask::CorpusDocument(const TaskExample& e, bool corre
     // The wrong operation with the right constant (x * 7 -> x + 7, x + 7 -> x * 7, x % 7 ->
     // x // 7): a wrong answer that still copies the prompt's number, so the documents do not
     // teach the tiny base to get the number wrong (which slows its learning to copy it).
-    for (const auto& [from, to] : {std::pair<std::string, std::string>{" * ", " + "},
-                                   {" + ", " * "},
-                                   {" % ", " // "}}) {
+    for (const auto& [from, to] :
+         {std::pair<std::string, std::string>{" * ", " + "}, {" + ", " * "}, {" % ", " // "}}) {
       const size_t at = code.find(from);
       if (at != std::string::npos) {
         code.replace(at, from.size(), to);
