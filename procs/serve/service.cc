@@ -170,33 +170,30 @@ void Service::Tick() {
       st.crashes_in_row = 0;  // it has stayed up
     }
   }
-  // Tenants the trainer has finished, and tenants whose verifier keeps failing.
+  // Tenants the trainer has finished, and tenants whose verifier keeps failing or whom the
+  // trainer could not start (e.g. unreadable checkpoints).
+  auto settle = [&](int row, const TenantRecord& rec, TenantState state, const char* reason) {
+    TenantRecord r = rec;
+    r.state = state;
+    if (reason != nullptr) {
+      std::snprintf(r.reason, sizeof(r.reason), "%s", reason);
+      std::fprintf(stderr, "[serve] tenant %s failed: %s\n", rec.id, reason);
+    }
+    (void)table_->Put(row, r);
+  };
   for (auto& [row, rec] : table_->Snapshot()) {
     if (rec.state != TenantState::kRunning) continue;
     auto vm = metrics_[1].LoadTenant(row);
-    if (vm.ok() && vm->generation == rec.generation &&
-        vm->verifier_errors >= kFailAfterVerifierErrors && vm->verifier_errors > 2 * vm->groups) {
-      TenantRecord r = rec;
-      r.state = TenantState::kFailed;
-      std::snprintf(r.reason, sizeof(r.reason), "%s", vm->last_error);
-      (void)table_->Put(row, r);
-      std::fprintf(stderr, "[serve] tenant %s failed: %s\n", rec.id, vm->last_error);
-      continue;
-    }
     auto tm = metrics_[2].LoadTenant(row);
-    if (tm.ok() && tm->generation == rec.generation && tm->steps == 0 && tm->last_error[0]) {
-      // The trainer could not start the tenant (e.g. its checkpoints are unreadable).
-      TenantRecord r = rec;
-      r.state = TenantState::kFailed;
-      std::snprintf(r.reason, sizeof(r.reason), "%s", tm->last_error);
-      (void)table_->Put(row, r);
-      std::fprintf(stderr, "[serve] tenant %s failed: %s\n", rec.id, tm->last_error);
-      continue;
-    }
-    if (tm.ok() && tm->generation == rec.generation && tm->steps >= rec.max_steps) {
-      TenantRecord r = rec;
-      r.state = TenantState::kFinished;
-      (void)table_->Put(row, r);
+    const bool v_ok = vm.ok() && vm->generation == rec.generation;
+    const bool t_ok = tm.ok() && tm->generation == rec.generation;
+    if (v_ok && vm->verifier_errors >= kFailAfterVerifierErrors &&
+        vm->verifier_errors > 2 * vm->groups) {
+      settle(row, rec, TenantState::kFailed, vm->last_error);
+    } else if (t_ok && tm->steps == 0 && tm->last_error[0]) {
+      settle(row, rec, TenantState::kFailed, tm->last_error);
+    } else if (t_ok && tm->steps >= rec.max_steps) {
+      settle(row, rec, TenantState::kFinished, nullptr);
     }
   }
 }

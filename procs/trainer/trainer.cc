@@ -405,6 +405,7 @@ void Trainer::FinishStep(TrainTenant* t, const std::vector<pb::TrajectoryGroup>&
   const uint64_t behaviour_min = groups.front().behaviour_version();
   const uint64_t trained_at = t->ck.version;
   ++t->ck.steps;
+  ++engine_.items;  // the trainer counts tenant steps
   ++t->ck.version;
   Status st = Publish(t);
   if (!st.ok()) {
