@@ -3,6 +3,11 @@
 // isolation, and bubblewrap when installed. Latency: one worker, runs one after another. Runs/s:
 // two worker processes (the machine's two cores), wall time for all runs.
 //
+// Then the pool question (DESIGN.md §5): how much of a run is sandbox set-up (fork, namespaces,
+// cgroup, mounts, pivot_root, seccomp — everything before execve), with and without the per-run
+// cgroup. A pre-forked pool of ready sandboxes could take at most that set-up off a run's
+// latency, and no CPU off a run: the table prints both so the choice is measured.
+//
 //   bench_sandbox [--json FILE] [--quick]
 #include <spawn.h>
 #include <sys/wait.h>
@@ -27,6 +32,7 @@ using sandbox::SandboxRequest;
 struct Row {
   std::string isolation, workload;
   double runs_per_s, p50_ms, p99_ms;
+  double setup_p50_ms = -1;  // full isolation: the part before execve
 };
 
 const char kCandidate[] = "def f(x):\n    return x * x\n";
@@ -68,8 +74,10 @@ std::vector<std::string> Bwrap(const std::vector<std::string>& argv) {
   return a;
 }
 
-// One run of `workload` under `isolation`; false on failure.
-bool RunOnce(const std::string& isolation, const std::string& workload) {
+// One run of `workload` under `isolation`; false on failure. `setup_ms` gets the sandbox's
+// set-up time where it is known (full isolation, not python_tests), else stays unchanged.
+bool RunOnce(const std::string& isolation, const std::string& workload, double* setup_ms = nullptr,
+             bool cgroup = true) {
   if (workload == "python_tests") {
     if (isolation == "full") {
       return sandbox::VerifyPythonFunction(kCandidate, Spec()).outcome == pb::OUTCOME_OK;
@@ -82,19 +90,24 @@ bool RunOnce(const std::string& isolation, const std::string& workload) {
   if (isolation == "full") {
     SandboxRequest r;
     r.argv = Argv(workload);
+    r.limits.cgroup_limits = cgroup;
     auto res = sandbox::RunSandboxed(r);
+    if (res.ok() && setup_ms != nullptr) *setup_ms = res->setup_ms;
     return res.ok() && res->outcome == sandbox::SandboxOutcome::kExited && res->exit_code == 0;
   }
   return SpawnPlain(isolation == "bwrap" ? Bwrap(Argv(workload)) : Argv(workload));
 }
 
 bool Measure(const std::string& isolation, const std::string& workload, int runs, Row* row) {
-  std::vector<double> ms;
+  std::vector<double> ms, setup;
   for (int i = 0; i < runs + 3; ++i) {  // 3 warm-up runs
     const double t0 = NowSeconds();
-    if (!RunOnce(isolation, workload)) return false;
+    double s = -1;
+    if (!RunOnce(isolation, workload, &s)) return false;
     if (i >= 3) ms.push_back((NowSeconds() - t0) * 1e3);
+    if (i >= 3 && s >= 0) setup.push_back(s);
   }
+  if (!setup.empty()) row->setup_p50_ms = Percentile(setup, 50);
   row->p50_ms = Percentile(ms, 50);
   row->p99_ms = Percentile(ms, 99);
   // Throughput: two worker processes sharing the runs.
@@ -146,6 +159,27 @@ int Run(int argc, char** argv) {
     std::printf("%-10s %-13s %10.1f %9.2f %9.2f\n", r.isolation.c_str(), r.workload.c_str(),
                 r.runs_per_s, r.p50_ms, r.p99_ms);
   }
+  // The pool question: set-up p50 with and without the per-run cgroup, on /bin/true.
+  std::vector<double> with_cg, without_cg;
+  for (int i = 0; i < runs; ++i) {
+    double a = 0, b = 0;
+    if (!RunOnce("full", "trivial", &a, true) || !RunOnce("full", "trivial", &b, false)) {
+      std::fprintf(stderr, "bench_sandbox: set-up runs failed\n");
+      return 1;
+    }
+    with_cg.push_back(a);
+    without_cg.push_back(b);
+  }
+  const Row& py = find("full", "python");
+  std::printf(
+      "\nsandbox set-up (before execve), p50 ms: %.2f with the per-run cgroup, %.2f "
+      "without\n",
+      Percentile(with_cg, 50), Percentile(without_cg, 50));
+  std::printf(
+      "python under full isolation: p50 %.2f ms, of which set-up %.2f ms; a pre-forked "
+      "pool of ready sandboxes could bring p50 to at best %.2f ms (%.0f%% less) and "
+      "saves no CPU: at 2 busy workers on 2 cores it cannot raise runs/s\n",
+      py.p50_ms, py.setup_p50_ms, py.p50_ms - py.setup_p50_ms, 100.0 * py.setup_p50_ms / py.p50_ms);
   std::vector<Target> targets = {
       {"python p50: full isolation minus plain fork/exec (ms)",
        find("full", "python").p50_ms - find("none", "python").p50_ms, 5.0, false},
@@ -158,7 +192,8 @@ int Run(int argc, char** argv) {
   for (const Row& r : rows) {
     objects.push_back("{\"isolation\":\"" + r.isolation + "\",\"workload\":\"" + r.workload +
                       "\",\"runs_per_s\":" + JsonNumber(r.runs_per_s) + ",\"p50_ms\":" +
-                      JsonNumber(r.p50_ms) + ",\"p99_ms\":" + JsonNumber(r.p99_ms) + "}");
+                      JsonNumber(r.p50_ms) + ",\"p99_ms\":" + JsonNumber(r.p99_ms) +
+                      ",\"setup_p50_ms\":" + JsonNumber(r.setup_p50_ms) + "}");
   }
   return FinishBench(args, objects, targets);
 }

@@ -18,6 +18,7 @@ Verdict Judge(const SandboxResult& r) {
   if (r.outcome == SandboxOutcome::kSetupFailed) return Broken("sandbox: " + r.setup_error);
   if (r.outcome == SandboxOutcome::kTimeout) return Broken("timed out");
   if (r.outcome == SandboxOutcome::kOutputLimit) return Broken("printed too much");
+  if (r.outcome == SandboxOutcome::kMemoryLimit) return Broken("exceeded its memory limit");
   if (r.outcome == SandboxOutcome::kSignaled)
     return Broken("killed by signal " + std::to_string(r.signal));
   if (r.exit_code != 0) {

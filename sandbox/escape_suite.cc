@@ -8,6 +8,8 @@
 #include <fstream>
 #include <thread>
 
+#include "sandbox/run_cgroup.h"
+
 namespace marlaas::sandbox {
 namespace {
 
@@ -90,6 +92,19 @@ std::vector<EscapeCase> EscapeSuite() {
                                    r.stderr_data.find("MemoryError") != std::string::npos,
                                "allocation was not refused", r);
                }});
+  if (HostCgroupSupport().memory) {
+    // Six processes of 100 MiB each stay under RLIMIT_AS (per process) but not under the run's
+    // cgroup limit of 256 MiB: the kernel kills at the limit.
+    s.push_back({"memory_bomb_spread_over_processes",
+                 Py("import os\nkids = []\nfor i in range(6):\n  pid = os.fork()\n"
+                    "  if pid == 0:\n    b = bytearray(100 << 20)\n"
+                    "    for j in range(0, len(b), 4096): b[j] = 1\n    os._exit(0)\n"
+                    "  kids.append(pid)\nfor k in kids: os.waitpid(k, 0)"),
+                 [](const SandboxResult& r) {
+                   return Expect(r.outcome == SandboxOutcome::kMemoryLimit,
+                                 "the run's memory was not bounded", r);
+                 }});
+  }
   SandboxLimits cpu;
   cpu.cpu_seconds = 1;
   cpu.wall_timeout_ms = 5000;
@@ -131,6 +146,11 @@ std::vector<EscapeCase> EscapeSuite() {
        [](const SandboxResult& r) {
          return Expect(Exited(r) && r.stdout_data == "[]\nTrue\n", "a host path is visible", r);
        }});
+  // The cgroup namespace: the run sees its own cgroup as the root, nothing of the host's tree.
+  s.push_back({"host_cgroup_paths_are_hidden", Sh("cut -d: -f3 /proc/self/cgroup | sort -u"),
+               [](const SandboxResult& r) {
+                 return Expect(Exited(r) && r.stdout_data == "/\n", "a host cgroup path shows", r);
+               }});
   s.push_back({"write_outside_the_work_dir",
                Py("for p in ['/usr/evil', '/evil', '/bin/evil', '/proc/evil', '/dev/evil']:\n"
                   "    try:\n        open(p, 'w'); print('wrote', p)\n    except OSError: pass\n"

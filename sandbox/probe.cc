@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 
+#include "sandbox/run_cgroup.h"
 #include "sandbox/seccomp_filter.h"
 
 namespace marlaas::sandbox {
@@ -55,7 +56,8 @@ std::vector<IsolationLayer> ProbeIsolation() {
   add("pid namespace", true, [&] { return Unshare(user | CLONE_NEWPID); });
   add("network namespace", true, [&] { return Unshare(user | CLONE_NEWNET); });
   add("mount namespace", true, [&] { return Unshare(user | CLONE_NEWNS); });
-  add("ipc and uts namespaces", true, [&] { return Unshare(user | CLONE_NEWIPC | CLONE_NEWUTS); });
+  add("ipc, uts and cgroup namespaces", true,
+      [&] { return Unshare(user | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP); });
   add("no_new_privs", true, [] {
     return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 ? std::string() : std::strerror(errno);
   });
@@ -63,12 +65,10 @@ std::vector<IsolationLayer> ProbeIsolation() {
     ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
     return InstallSeccompDenyList();
   });
-  add("writable cgroup hierarchy (not used yet: rlimits bound processes and memory)", false, [] {
-    return ::access("/sys/fs/cgroup/pids", W_OK) == 0 ||
-                   ::access("/sys/fs/cgroup/cgroup.procs", W_OK) == 0
-               ? std::string()
-               : std::string("no writable cgroup hierarchy");
-  });
+  // Not required: without it rlimits still bound each process's memory and the processes of the
+  // sandbox user, only not the run as a whole.
+  const CgroupSupport& cg = HostCgroupSupport();
+  out.push_back({"cgroup limits per run (pids, memory)", cg.pids && cg.memory, false, cg.detail});
   return out;
 }
 

@@ -100,6 +100,10 @@ Verdict Judge(const SandboxResult& r, const std::string& nonce, const PythonTest
       v.outcome = pb::OUTCOME_OUTPUT_LIMIT;
       v.detail = "output limit";
       return v;
+    case SandboxOutcome::kMemoryLimit:
+      v.outcome = pb::OUTCOME_MEMORY_LIMIT;
+      v.detail = "memory limit (the run's cgroup)";
+      return v;
     case SandboxOutcome::kSignaled:
       v.outcome = pb::OUTCOME_TIMEOUT;
       v.detail = "killed by signal " + std::to_string(r.signal) + " (CPU limit)";

@@ -1,5 +1,6 @@
 #include "sandbox/sandbox.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
@@ -16,7 +17,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <optional>
 
+#include "sandbox/run_cgroup.h"
 #include "sandbox/seccomp_filter.h"
 
 namespace marlaas::sandbox {
@@ -26,7 +29,7 @@ constexpr uid_t kNobody = 65534;
 
 // Messages from the sandbox's helper process to the parent, over the status pipe.
 struct StatusMessage {
-  int32_t kind;  // 1: inner pid, 2: wait status of the program, 3: setup error
+  int32_t kind;  // 1: inner pid, 2: wait status of the program, 3: setup error, 4: about to exec
   int32_t value;
   char text[240];
 };
@@ -159,15 +162,23 @@ bool MirrorReadOnly(const std::string& root, const char* name) {
   argv.push_back(nullptr);
   char env_path[] = "PATH=/usr/bin:/bin", env_home[] = "HOME=/work", env_lang[] = "LANG=C.UTF-8";
   char* envp[] = {env_path, env_home, env_lang, nullptr};
+  Send(status_fd, 4, 0);  // the pipe is close-on-exec: nothing else can reach the parent
   ::execve(argv[0], argv.data(), envp);
   Fail(status_fd, "execve");
 }
 
-// The helper between the parent and the program: drops to nobody, enters the new namespaces,
-// forks the program as their PID 1, reports its pid and, later, its wait status.
-[[noreturn]] void RunHelper(const SandboxRequest& req, const std::string& root, int status_fd,
+// The helper between the parent and the program: joins the run's cgroup, drops to nobody,
+// enters the new namespaces, forks the program as their PID 1, reports its pid and, later, its
+// wait status.
+[[noreturn]] void RunHelper(const SandboxRequest& req, const std::string& root,
+                            const std::vector<std::string>& cgroup_join_files, int status_fd,
                             int in_fd, int out_fd, int err_fd) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  for (const std::string& procs : cgroup_join_files) {  // "0": the writing process
+    const int fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || ::write(fd, "0", 1) != 1) Fail(status_fd, "join the run's cgroup");
+    ::close(fd);
+  }
   if (::getuid() == 0) {
     if (::setgroups(0, nullptr) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) {
       Fail(status_fd, "drop to nobody");
@@ -178,8 +189,9 @@ bool MirrorReadOnly(const std::string& root, const char* name) {
   }
   const uid_t outer_uid = ::getuid();
   const gid_t outer_gid = ::getgid();
+  // The cgroup namespace, entered after joining the run's cgroup, shows that cgroup as "/".
   if (::unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
-                CLONE_NEWUTS) != 0) {
+                CLONE_NEWUTS | CLONE_NEWCGROUP) != 0) {
     Fail(status_fd, "unshare namespaces");
   }
   char map[64];
@@ -220,27 +232,60 @@ const char* SandboxOutcomeName(SandboxOutcome o) {
       return "timeout";
     case SandboxOutcome::kOutputLimit:
       return "output-limit";
+    case SandboxOutcome::kMemoryLimit:
+      return "memory-limit";
     case SandboxOutcome::kSetupFailed:
       return "setup-failed";
   }
   return "unknown";
 }
 
+int RemoveStaleSandboxRoots(int min_age_s) {
+  DIR* d = ::opendir("/tmp");
+  if (d == nullptr) return 0;
+  int removed = 0;
+  const time_t now = ::time(nullptr);
+  while (dirent* e = ::readdir(d)) {
+    if (std::strncmp(e->d_name, "marlaas-sandbox-", 16) != 0) continue;
+    const std::string path = std::string("/tmp/") + e->d_name;
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || now - st.st_mtime < min_age_s)
+      continue;
+    removed += ::rmdir(path.c_str()) == 0;  // only empty dirs: a mount point seen from here
+  }
+  ::closedir(d);
+  return removed;
+}
+
 Result<SandboxResult> RunSandboxed(const SandboxRequest& req) {
   if (req.argv.empty() || req.argv[0].empty() || req.argv[0][0] != '/') {
     return Status(StatusCode::kInvalidArgument, "sandbox argv[0] must be an absolute path");
   }
+  const auto t0 = std::chrono::steady_clock::now();
   char root_template[] = "/tmp/marlaas-sandbox-XXXXXX";
   if (::mkdtemp(root_template) == nullptr) return ErrnoStatus("mkdtemp", errno);
   const std::string root = root_template;
   ::chmod(root.c_str(), 0755);  // the helper runs as nobody and must reach its mount point
+  std::optional<RunCgroup> cgroup;
+  std::vector<std::string> join_files;
+  if (req.limits.cgroup_limits && (HostCgroupSupport().pids || HostCgroupSupport().memory)) {
+    // +1: the helper joins the cgroup too.
+    auto cg = RunCgroup::Create(req.limits.max_processes + 1, req.limits.memory_bytes);
+    if (!cg.ok()) {
+      ::rmdir(root.c_str());
+      SandboxResult failed;
+      failed.setup_error = "cgroup: " + cg.status().message();
+      return failed;
+    }
+    cgroup.emplace(std::move(cg).value());
+    join_files = cgroup->join_files();
+  }
   int in[2], out[2], err[2], st[2];
   if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 ||
       ::pipe2(st, O_CLOEXEC) != 0) {
     ::rmdir(root.c_str());
     return ErrnoStatus("pipe2", errno);
   }
-  const auto t0 = std::chrono::steady_clock::now();
   const pid_t helper = ::fork();
   if (helper < 0) {
     CloseAll({in[0], in[1], out[0], out[1], err[0], err[1], st[0], st[1]});
@@ -252,7 +297,7 @@ Result<SandboxResult> RunSandboxed(const SandboxRequest& req) {
     ::close(out[0]);
     ::close(err[0]);
     ::close(st[0]);
-    RunHelper(req, root, st[1], in[0], out[1], err[1]);
+    RunHelper(req, root, join_files, st[1], in[0], out[1], err[1]);
   }
   CloseAll({in[0], out[1], err[1], st[1]});
   ::fcntl(in[1], F_SETFL, O_NONBLOCK);
@@ -315,6 +360,10 @@ Result<SandboxResult> RunSandboxed(const SandboxRequest& req) {
         wstatus = m.value;
       } else if (m.kind == 3) {
         res.setup_error = m.text;
+      } else if (m.kind == 4) {
+        res.setup_ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                .count();
       }
     }
     if (in[1] >= 0 && (fds[3].revents & (POLLOUT | POLLERR | POLLHUP))) {
@@ -334,12 +383,17 @@ Result<SandboxResult> RunSandboxed(const SandboxRequest& req) {
   }
   CloseAll({in[1], out[0], err[0], st[0]});
   ::rmdir(root.c_str());
+  res.cgroup_limited = cgroup.has_value();
   res.wall_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (!res.setup_error.empty()) {
     res.outcome = SandboxOutcome::kSetupFailed;
   } else if (over_output) {
     res.outcome = SandboxOutcome::kOutputLimit;
+  } else if (!timed_out && cgroup && cgroup->OomKilled()) {
+    res.outcome = SandboxOutcome::kMemoryLimit;
+    if (have_status && WIFSIGNALED(wstatus)) res.signal = WTERMSIG(wstatus);
+    if (have_status && WIFEXITED(wstatus)) res.exit_code = WEXITSTATUS(wstatus);
   } else if (timed_out || !have_status) {
     res.outcome = timed_out ? SandboxOutcome::kTimeout : SandboxOutcome::kSetupFailed;
     if (!timed_out)

@@ -2,8 +2,10 @@
 // mount, IPC and UTS namespaces; a fresh tmpfs root holding read-only binds of /usr (and the
 // /bin, /lib, /lib64 links), a private proc, /dev with only null, zero and urandom, and a tmpfs
 // work dir; no_new_privs; a seccomp deny-list (sandbox/seccomp_filter.h); rlimits; a wall-clock
-// timeout that kills the whole pid namespace; capped stdout/stderr. Outside the namespaces the
-// program runs as nobody when the caller is root. Thread-compatible: each call forks its own
+// timeout that kills the whole pid namespace; capped stdout/stderr; and, where the host lets us
+// create cgroups, a cgroup of its own bounding the run's processes and memory as a whole
+// (sandbox/run_cgroup.h). Outside the namespaces the program runs as nobody when the caller is
+// root. Thread-compatible: each call forks its own
 // processes; call from any one thread at a time per request.
 #pragma once
 
@@ -19,13 +21,17 @@ namespace marlaas::sandbox {
 struct SandboxLimits {
   uint32_t wall_timeout_ms = 2000;
   uint32_t cpu_seconds = 2;
-  uint64_t memory_bytes = 256ull << 20;  // address space
-  uint32_t max_processes = 16;
+  // Address space of each process (RLIMIT_AS) and, with cgroup limits, the memory of the whole
+  // run: every process's pages and what it writes to its tmpfs.
+  uint64_t memory_bytes = 256ull << 20;
+  uint32_t max_processes = 16;  // RLIMIT_NPROC and, with cgroup limits, the run's pids.max
   uint64_t max_file_bytes = 8ull << 20;
   uint32_t max_open_files = 64;
   uint64_t max_output_bytes = 64 << 10;   // each of stdout and stderr
   uint64_t work_dir_bytes = 16ull << 20;  // tmpfs size
   uint32_t work_dir_inodes = 1024;
+  // Per-run cgroup (pids, memory) where HostCgroupSupport() has it; false: rlimits only.
+  bool cgroup_limits = true;
 };
 
 struct SandboxRequest {
@@ -41,6 +47,7 @@ enum class SandboxOutcome {
   kSignaled,     // killed by `signal` (SIGXCPU/SIGKILL after the CPU limit included)
   kTimeout,      // wall clock ran out; the whole process tree was killed
   kOutputLimit,  // stdout or stderr passed max_output_bytes; killed
+  kMemoryLimit,  // the kernel killed a process of the run at the run's cgroup memory limit
   kSetupFailed,  // the sandbox could not be built: an infrastructure error, never a verdict
 };
 const char* SandboxOutcomeName(SandboxOutcome o);
@@ -52,10 +59,16 @@ struct SandboxResult {
   std::string stdout_data, stderr_data;
   bool stdout_truncated = false, stderr_truncated = false;
   double wall_ms = 0;
-  std::string setup_error;  // with kSetupFailed
+  double setup_ms = 0;  // from the call until the program was about to exec (the isolation cost)
+  bool cgroup_limited = false;  // the run had its own cgroup limits
+  std::string setup_error;      // with kSetupFailed
 };
 
 // Runs the request. A non-OK Status means the parent could not even start (pipes, fork).
 Result<SandboxResult> RunSandboxed(const SandboxRequest& request);
+
+// Removes the empty /tmp/marlaas-sandbox-* mount points that runs of killed processes left
+// behind, when older than `min_age_s` (no run lives that long); returns how many went.
+int RemoveStaleSandboxRoots(int min_age_s = 600);
 
 }  // namespace marlaas::sandbox

@@ -84,6 +84,9 @@ ToolOutput ExecuteTool(const ParsedToolCall& call, const SandboxLimits& limits, 
       case SandboxOutcome::kSignaled:
         out.outcome = pb::OUTCOME_TIMEOUT;
         break;
+      case SandboxOutcome::kMemoryLimit:
+        out.outcome = pb::OUTCOME_MEMORY_LIMIT;
+        break;
       default:
         out.outcome = r->exit_code == 0 ? pb::OUTCOME_OK : pb::OUTCOME_RUNTIME_ERROR;
     }

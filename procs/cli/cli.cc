@@ -17,7 +17,9 @@ const std::vector<Command>& Commands() {
       {"segments", "[--instance NAME]", "list MARLaaS shared-memory segments and their owners",
        RunSegments},
       {"clean", "[--instance NAME] [--dry-run]",
-       "remove shared-memory segments whose creating process has exited", RunClean},
+       "remove shared-memory segments whose creating process has exited, and what killed "
+       "sandbox runs left (run cgroups, old empty mount points)",
+       RunClean},
       {"gpus", "", "list the CUDA devices this build can use, or say why there are none", RunGpus},
       {"sandbox-check", "", "show the isolation this host provides and run the escape suite",
        RunSandboxCheck},

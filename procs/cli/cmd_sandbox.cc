@@ -50,7 +50,7 @@ int RunSandboxRun(const std::vector<std::string>& argv) {
         stderr,
         "usage: marlaas sandbox-run [--lang python|sh] [--timeout-ms N] [--memory-mb N] FILE\n"
         "exit status: 0 ok, 1 non-zero exit, 3 timeout, 4 killed by a signal (CPU or memory), "
-        "5 output limit, 6 sandbox failure\n");
+        "5 output limit, 6 sandbox failure, 7 memory limit (the run's cgroup)\n");
     return 2;
   }
   auto code = ReadFile(args[0]);
@@ -72,8 +72,9 @@ int RunSandboxRun(const std::vector<std::string>& argv) {
   }
   std::fwrite(res->stdout_data.data(), 1, res->stdout_data.size(), stdout);
   std::fwrite(res->stderr_data.data(), 1, res->stderr_data.size(), stderr);
-  std::fprintf(stderr, "[sandbox-run] outcome=%s exit=%d signal=%d wall_ms=%.1f%s%s\n",
+  std::fprintf(stderr, "[sandbox-run] outcome=%s exit=%d signal=%d wall_ms=%.1f%s%s%s\n",
                sandbox::SandboxOutcomeName(res->outcome), res->exit_code, res->signal, res->wall_ms,
+               res->cgroup_limited ? "" : " no-cgroup-limits",
                res->stdout_truncated || res->stderr_truncated ? " output-truncated" : "",
                res->setup_error.empty() ? "" : (" setup-error=" + res->setup_error).c_str());
   switch (res->outcome) {
@@ -87,6 +88,8 @@ int RunSandboxRun(const std::vector<std::string>& argv) {
       return 5;
     case sandbox::SandboxOutcome::kSetupFailed:
       return 6;
+    case sandbox::SandboxOutcome::kMemoryLimit:
+      return 7;
   }
   return 6;
 }

@@ -2,6 +2,8 @@
 #include <cstdio>
 
 #include "procs/cli/cli.h"
+#include "sandbox/run_cgroup.h"
+#include "sandbox/sandbox.h"
 #include "shm/stale_segments.h"
 
 namespace marlaas::cli {
@@ -52,6 +54,10 @@ int RunClean(const std::vector<std::string>& argv) {
   }
   for (const SegmentInfo& s : *removed) PrintRow(s, "removed");
   std::printf("removed %zu stale segment(s)\n", removed->size());
+  // What killed sandbox runs leave: run cgroups of dead processes, old empty mount points.
+  sandbox::RemoveStaleRunCgroups();
+  const int roots = sandbox::RemoveStaleSandboxRoots();
+  if (roots > 0) std::printf("removed %d stale sandbox root dir(s)\n", roots);
   return 0;
 }
 
