@@ -3,10 +3,10 @@
 // isolation, and bubblewrap when installed. Latency: one worker, runs one after another. Runs/s:
 // two worker processes (the machine's two cores), wall time for all runs.
 //
-// Then the pool question (DESIGN.md §5): how much of a run is sandbox set-up (fork, namespaces,
-// cgroup, mounts, pivot_root, seccomp — everything before execve), with and without the per-run
-// cgroup. A pre-forked pool of ready sandboxes could take at most that set-up off a run's
-// latency, and no CPU off a run: the table prints both so the choice is measured.
+// full_prepared is full isolation with sandboxes prepared ahead (sandbox_pool.h, one ready per
+// worker). Then the pool question: how much of a run is sandbox set-up (fork, namespaces, cgroup
+// join, mounts, pivot_root — everything before execve), with and without the per-run cgroup, and
+// what preparing ahead changes in latency and throughput, measured side by side.
 //
 //   bench_sandbox [--json FILE] [--quick]
 #include <spawn.h>
@@ -20,6 +20,7 @@
 #include "bench/report.h"
 #include "sandbox/python_tests_verifier.h"
 #include "sandbox/sandbox.h"
+#include "sandbox/sandbox_pool.h"
 
 extern char** environ;
 
@@ -76,8 +77,10 @@ std::vector<std::string> Bwrap(const std::vector<std::string>& argv) {
 
 // One run of `workload` under `isolation`; false on failure. `setup_ms` gets the sandbox's
 // set-up time where it is known (full isolation, not python_tests), else stays unchanged.
-bool RunOnce(const std::string& isolation, const std::string& workload, double* setup_ms = nullptr,
+bool RunOnce(const std::string& iso, const std::string& workload, double* setup_ms = nullptr,
              bool cgroup = true) {
+  // full_prepared is full isolation with sandboxes prepared ahead (the pool is set in Measure).
+  const std::string isolation = iso == "full_prepared" ? "full" : iso;
   if (workload == "python_tests") {
     if (isolation == "full") {
       return sandbox::VerifyPythonFunction(kCandidate, Spec()).outcome == pb::OUTCOME_OK;
@@ -99,6 +102,8 @@ bool RunOnce(const std::string& isolation, const std::string& workload, double* 
 }
 
 bool Measure(const std::string& isolation, const std::string& workload, int runs, Row* row) {
+  const int pool = isolation == "full_prepared" ? 1 : 0;
+  sandbox::SetPreparedSandboxPool(pool);
   std::vector<double> ms, setup;
   for (int i = 0; i < runs + 3; ++i) {  // 3 warm-up runs
     const double t0 = NowSeconds();
@@ -116,6 +121,7 @@ bool Measure(const std::string& isolation, const std::string& workload, int runs
   for (int w = 0; w < 2; ++w) {
     workers[w] = fork();
     if (workers[w] == 0) {
+      sandbox::SetPreparedSandboxPool(pool);  // a forked child starts with an empty pool
       for (int i = 0; i < runs / 2; ++i)
         if (!RunOnce(isolation, workload)) _exit(1);
       _exit(0);
@@ -128,6 +134,7 @@ bool Measure(const std::string& isolation, const std::string& workload, int runs
     ok = ok && WIFEXITED(st) && WEXITSTATUS(st) == 0;
   }
   row->runs_per_s = double(runs / 2 * 2) / (NowSeconds() - t0);
+  sandbox::SetPreparedSandboxPool(0);
   return ok;
 }
 
@@ -135,7 +142,7 @@ int Run(int argc, char** argv) {
   BenchArgs args;
   if (!ParseBenchArgs(argc, argv, "bench_sandbox [--json FILE] [--quick]", &args)) return 2;
   const int runs = args.quick ? 20 : 200;
-  std::vector<std::string> isolations = {"full", "none"};
+  std::vector<std::string> isolations = {"full", "full_prepared", "none"};
   if (access("/usr/bin/bwrap", X_OK) == 0) isolations.push_back("bwrap");
   std::vector<Row> rows;
   for (const char* workload : {"trivial", "python", "python_tests"}) {
@@ -153,10 +160,10 @@ int Run(int argc, char** argv) {
       if (r.isolation == iso && r.workload == w) return r;
     return rows[0];
   };
-  std::printf("\n%-10s %-13s %10s %9s %9s\n", "isolation", "workload", "runs/s", "p50 ms",
+  std::printf("\n%-14s %-13s %10s %9s %9s\n", "isolation", "workload", "runs/s", "p50 ms",
               "p99 ms");
   for (const Row& r : rows) {
-    std::printf("%-10s %-13s %10.1f %9.2f %9.2f\n", r.isolation.c_str(), r.workload.c_str(),
+    std::printf("%-14s %-13s %10.1f %9.2f %9.2f\n", r.isolation.c_str(), r.workload.c_str(),
                 r.runs_per_s, r.p50_ms, r.p99_ms);
   }
   // The pool question: set-up p50 with and without the per-run cgroup, on /bin/true.
@@ -175,11 +182,17 @@ int Run(int argc, char** argv) {
       "\nsandbox set-up (before execve), p50 ms: %.2f with the per-run cgroup, %.2f "
       "without\n",
       Percentile(with_cg, 50), Percentile(without_cg, 50));
+  const Row& pre = find("full_prepared", "python");
+  const Row& pt = find("full", "python_tests");
+  const Row& ptp = find("full_prepared", "python_tests");
   std::printf(
-      "python under full isolation: p50 %.2f ms, of which set-up %.2f ms; a pre-forked "
-      "pool of ready sandboxes could bring p50 to at best %.2f ms (%.0f%% less) and "
-      "saves no CPU: at 2 busy workers on 2 cores it cannot raise runs/s\n",
-      py.p50_ms, py.setup_p50_ms, py.p50_ms - py.setup_p50_ms, 100.0 * py.setup_p50_ms / py.p50_ms);
+      "python under full isolation: p50 %.2f ms, of which set-up %.2f ms; prepared "
+      "ahead (a pool of 1 per worker): p50 %.2f ms, p99 %.2f ms (fresh: %.2f)\n",
+      py.p50_ms, py.setup_p50_ms, pre.p50_ms, pre.p99_ms, py.p99_ms);
+  std::printf(
+      "python-tests, prepared / fresh: p50 %.2fx, p99 %.2fx, runs/s with 2 busy workers "
+      "%.2fx\n",
+      ptp.p50_ms / pt.p50_ms, ptp.p99_ms / pt.p99_ms, ptp.runs_per_s / pt.runs_per_s);
   std::vector<Target> targets = {
       {"python p50: full isolation minus plain fork/exec (ms)",
        find("full", "python").p50_ms - find("none", "python").p50_ms, 5.0, false},

@@ -253,6 +253,34 @@ const Layout& HostLayout() {
   return layout;
 }
 
+// Writes pids.max and the memory limit of `set` where they differ from what it holds.
+Status WriteLimits(const Layout& L, CgroupSet* set, uint32_t max_pids, uint64_t memory_bytes) {
+  std::string error;
+  const std::string pids = std::to_string(max_pids), mem = std::to_string(memory_bytes);
+  const std::string& pids_dir = set->dirs.front();  // v1: the pids dir comes first
+  if (L.support.pids && set->pids_limit != pids) {
+    if (!WriteText(pids_dir + "/pids.max", pids, &error))
+      return Status(StatusCode::kInternal, error);
+    set->pids_limit = pids;
+  }
+  if (L.support.memory && set->memory_limit != mem) {
+    const std::string& d = set->memory_dir;
+    // v1: memsw (memory + swap) must stay >= the memory limit: lift it, set memory, then memsw.
+    const bool ok =
+        L.v2 ? WriteText(d + "/memory.max", mem, &error) &&
+                   (!Exists(d + "/memory.swap.max") || WriteText(d + "/memory.swap.max", "0"))
+             : (!L.v1_memsw || WriteText(d + "/memory.memsw.limit_in_bytes", "-1", &error)) &&
+                   WriteText(d + "/memory.limit_in_bytes", mem, &error) &&
+                   (!L.v1_memsw || WriteText(d + "/memory.memsw.limit_in_bytes", mem, &error));
+    if (!ok) {
+      set->memory_limit.clear();
+      return Status(StatusCode::kInternal, error);
+    }
+    set->memory_limit = mem;
+  }
+  return Status::Ok();
+}
+
 class CgroupPool {
  public:
   Result<std::unique_ptr<CgroupSet>> Acquire(const Layout& L, uint32_t max_pids,
@@ -283,26 +311,8 @@ class CgroupPool {
         if (parent == L.memory_parent) set->memory_dir = dir;
       }
     }
-    std::string error;
-    const std::string pids = std::to_string(max_pids), mem = std::to_string(memory_bytes);
-    const std::string& pids_dir = set->dirs.front();  // v1: the pids dir comes first
-    if (L.support.pids && set->pids_limit != pids) {
-      if (!WriteText(pids_dir + "/pids.max", pids, &error))
-        return Discard(L, std::move(set), error);
-      set->pids_limit = pids;
-    }
-    if (L.support.memory && set->memory_limit != mem) {
-      const std::string& d = set->memory_dir;
-      // v1: memsw (memory + swap) must stay >= the memory limit: lower it last, raise it first.
-      const bool ok =
-          L.v2 ? WriteText(d + "/memory.max", mem, &error) &&
-                     (!Exists(d + "/memory.swap.max") || WriteText(d + "/memory.swap.max", "0"))
-               : (!L.v1_memsw || WriteText(d + "/memory.memsw.limit_in_bytes", "-1", &error)) &&
-                     WriteText(d + "/memory.limit_in_bytes", mem, &error) &&
-                     (!L.v1_memsw || WriteText(d + "/memory.memsw.limit_in_bytes", mem, &error));
-      if (!ok) return Discard(L, std::move(set), error);
-      set->memory_limit = mem;
-    }
+    const Status written = WriteLimits(L, set.get(), max_pids, memory_bytes);
+    if (!written.ok()) return Discard(L, std::move(set), written.message());
     return set;
   }
 
@@ -336,7 +346,8 @@ class CgroupPool {
   // True once no process is left in `dir` nor counted by it; kills leftovers, waits at most
   // about a second.
   static bool Empty(const std::string& dir) {
-    for (int attempt = 0; attempt < 500; ++attempt) {
+    int unreaped = 0;
+    for (int attempt = 0; attempt < 500 && unreaped < 50; ++attempt) {
       std::istringstream procs(ReadText(dir + "/cgroup.procs"));
       bool any = false;
       for (pid_t pid; procs >> pid;) {
@@ -344,10 +355,14 @@ class CgroupPool {
         any = true;
       }
       // Exited processes leave cgroup.procs before their parent reaps them, but count against
-      // pids.max until then: the next run must start from zero.
-      if (!any && (!Exists(dir + "/pids.current") ||
-                   std::atoll(ReadText(dir + "/pids.current").c_str()) == 0)) {
-        return true;
+      // pids.max until then: the next run must start from zero. A zombie whose parent is slow
+      // to reap it costs this set (removed instead of reused), not 1 s of waiting.
+      if (!any) {
+        if (!Exists(dir + "/pids.current") ||
+            std::atoll(ReadText(dir + "/pids.current").c_str()) == 0) {
+          return true;
+        }
+        ++unreaped;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
@@ -379,7 +394,11 @@ int64_t OomCount(const std::string& memory_dir, bool v2) {
 
 }  // namespace
 
-const CgroupSupport& HostCgroupSupport() { return HostLayout().support; }
+const CgroupSupport& HostCgroupSupport() {
+  const Layout& L = HostLayout();
+  (void)Pool();  // registers its exit handler early (sandbox_pool.cc relies on the order)
+  return L.support;
+}
 
 void RemoveStaleRunCgroups() {
   const Layout& L = HostLayout();
@@ -408,6 +427,10 @@ RunCgroup::~RunCgroup() {
 
 const std::vector<std::string>& RunCgroup::join_files() const { return set_->join_files; }
 const std::vector<std::string>& RunCgroup::dirs() const { return set_->dirs; }
+
+Status RunCgroup::SetLimits(uint32_t max_pids, uint64_t memory_bytes) {
+  return WriteLimits(HostLayout(), set_.get(), max_pids, memory_bytes);
+}
 
 bool RunCgroup::OomKilled() const {
   return OomCount(set_->memory_dir, HostLayout().v2) > oom_baseline_;

@@ -54,6 +54,8 @@ class RunCgroup {
   // (creating memory cgroups is slow) and removed at exit.
   ~RunCgroup();
 
+  // Rewrites the limits (a sandbox prepared ahead gets its request's limits at launch).
+  Status SetLimits(uint32_t max_pids, uint64_t memory_bytes);
   // The cgroup.procs files the helper writes "0" to (one per hierarchy).
   const std::vector<std::string>& join_files() const;
   // The run's directories, one per hierarchy (for tests and logs).

@@ -5,8 +5,9 @@
 // timeout that kills the whole pid namespace; capped stdout/stderr; and, where the host lets us
 // create cgroups, a cgroup of its own bounding the run's processes and memory as a whole
 // (sandbox/run_cgroup.h). Outside the namespaces the program runs as nobody when the caller is
-// root. Thread-compatible: each call forks its own
-// processes; call from any one thread at a time per request.
+// root. Each run gets a sandbox of its own (sandbox/prepared_sandbox.h), built at the call or
+// ahead of it when a pool is set (sandbox/sandbox_pool.h). Thread-safe: calls on different
+// threads run in parallel.
 #pragma once
 
 #include <cstdint>

@@ -19,10 +19,10 @@ std::atomic<bool> g_stop{false};
 
 void OnStopSignal(int) { g_stop.store(true); }
 
-bool ParsePositiveInt(const std::string& s, int* out) {
+bool ParseIntIn(const std::string& s, long lo, long hi, int* out) {
   char* end = nullptr;
   const long v = std::strtol(s.c_str(), &end, 10);
-  if (s.empty() || *end != '\0' || v < 1 || v > 1024) return false;
+  if (s.empty() || *end != '\0' || v < lo || v > hi) return false;
   *out = int(v);
   return true;
 }
@@ -54,12 +54,16 @@ Result<StageArgs> ParseStageArgs(const std::vector<std::string>& argv) {
       MARLAAS_RETURN_IF_ERROR(value(&a.model_dir));
     } else if (f == "--threads") {
       MARLAAS_RETURN_IF_ERROR(value(&v));
-      if (!ParsePositiveInt(v, &a.threads))
+      if (!ParseIntIn(v, 1, 1024, &a.threads))
         return Status(StatusCode::kInvalidArgument, "--threads takes a whole number >= 1");
     } else if (f == "--verifier-workers") {
       MARLAAS_RETURN_IF_ERROR(value(&v));
-      if (!ParsePositiveInt(v, &a.verifier_workers))
+      if (!ParseIntIn(v, 1, 1024, &a.verifier_workers))
         return Status(StatusCode::kInvalidArgument, "--verifier-workers takes a number >= 1");
+    } else if (f == "--prepared-sandboxes") {
+      MARLAAS_RETURN_IF_ERROR(value(&v));
+      if (!ParseIntIn(v, 0, 64, &a.prepared_sandboxes))
+        return Status(StatusCode::kInvalidArgument, "--prepared-sandboxes takes 0 to 64");
     } else if (f == "--allow-weak-sandbox") {
       a.allow_weak_sandbox = true;
     } else {
@@ -74,11 +78,18 @@ Result<StageArgs> ParseStageArgs(const std::vector<std::string>& argv) {
 }
 
 std::vector<std::string> StageArgv(const StageArgs& a) {
-  std::vector<std::string> v = {"--instance",         a.instance,
-                                "--state-dir",        a.state_dir,
-                                "--model-dir",        a.model_dir,
-                                "--threads",          std::to_string(a.threads),
-                                "--verifier-workers", std::to_string(a.verifier_workers)};
+  std::vector<std::string> v = {"--instance",
+                                a.instance,
+                                "--state-dir",
+                                a.state_dir,
+                                "--model-dir",
+                                a.model_dir,
+                                "--threads",
+                                std::to_string(a.threads),
+                                "--verifier-workers",
+                                std::to_string(a.verifier_workers),
+                                "--prepared-sandboxes",
+                                std::to_string(a.prepared_sandboxes)};
   if (a.allow_weak_sandbox) v.push_back("--allow-weak-sandbox");
   return v;
 }

@@ -38,13 +38,17 @@ inline constexpr char kTrainerRole[] = "trainer";
 
 // The command line of every stage process:
 //   --instance ID --state-dir DIR --model-dir DIR [--threads N] [--verifier-workers N]
-//   [--allow-weak-sandbox]
+//   [--prepared-sandboxes N] [--allow-weak-sandbox]
 struct StageArgs {
   std::string instance;
   std::string state_dir;
   std::string model_dir;
   int threads = 1;
   int verifier_workers = 2;
+  // Sandboxes the verifier keeps prepared ahead (sandbox/sandbox_pool.h). Measured with
+  // bench_sandbox: one takes ~1 ms off a python-tests run's p50 and halves its p99, for ~14% fewer
+  // runs/s when every core is busy verifying; tool calls, which a rollout waits for, gain most.
+  int prepared_sandboxes = 1;
   bool allow_weak_sandbox = false;
 };
 Result<StageArgs> ParseStageArgs(const std::vector<std::string>& argv);

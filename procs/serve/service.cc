@@ -11,6 +11,8 @@
 
 #include "base/file_util.h"
 #include "proto/job_spec.h"
+#include "sandbox/run_cgroup.h"
+#include "sandbox/sandbox.h"
 #include "shm/adapter_store.h"
 #include "shm/ring_layout.h"
 #include "shm/stale_segments.h"
@@ -50,8 +52,10 @@ Result<std::unique_ptr<Service>> Service::Start(const ServiceOptions& options) {
   fs::create_directories(options.stage.state_dir + "/logs", ec);
   if (ec)
     return Status(StatusCode::kIo, "creating " + options.stage.state_dir + ": " + ec.message());
-  // Segments left by a dead earlier run of this instance.
+  // Segments left by a dead earlier run of this instance, and what killed sandbox runs left.
   (void)RemoveStaleSegments(instance);
+  sandbox::RemoveStaleRunCgroups();
+  (void)sandbox::RemoveStaleSandboxRoots();
   s->held_ = std::make_shared<Held>();
   MARLAAS_ASSIGN_OR_RETURN(TenantTable table, TenantTable::Create(instance));
   s->table_.emplace(std::move(table));

@@ -11,6 +11,7 @@
 #include "procs/common/task_source.h"
 #include "procs/common/tenant_watcher.h"
 #include "sandbox/probe.h"
+#include "sandbox/sandbox_pool.h"
 #include "sandbox/tool_syntax.h"
 #include "shm/metrics.h"
 #include "shm/tenant_table.h"
@@ -363,7 +364,9 @@ Status RunVerifier(const pipeline::StageArgs& args) {
                            RingProducer::Attach({args.instance, pipeline::kToolRing}));
   Verifier v(args, std::move(table), std::move(metrics), std::move(input), std::move(scored),
              std::move(tools), std::move(refuse));
-  StageLog(kRole, "ready (%d workers)", args.verifier_workers);
+  if (refuse.empty()) sandbox::SetPreparedSandboxPool(args.prepared_sandboxes);
+  StageLog(kRole, "ready (%d workers, %d sandboxes prepared ahead)", args.verifier_workers,
+           args.prepared_sandboxes);
   return v.Run();
 }
 

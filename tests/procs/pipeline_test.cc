@@ -131,16 +131,21 @@ TEST_F(PipelineTest, FourTenantsLearnTogether) {
                                                         {"count2", "countdown"},
                                                         {"py", "python_functions"},
                                                         {"calc", "calculator_tool"}}) {
-    pb::JobSpec j = SmallJob(id, task, 45, 21 + jobs.size());
+    // Three prompts a step and a gentler rate: with two, one step's reward swung between 0 and
+    // 0.94 and the last checkpoint could land in a dip (a countdown tenant once ended below its
+    // base).
+    pb::JobSpec j = SmallJob(id, task, 40, 21 + jobs.size());
     j.mutable_dataset()->set_eval_prompts(256);
     j.set_group_size(8);
+    j.set_prompts_per_step(3);
     j.mutable_sampling()->set_max_new_tokens(40);
-    j.mutable_optimizer()->set_learning_rate(3e-3f);
+    j.mutable_optimizer()->set_learning_rate(2e-3f);
     j.set_checkpoint_every(10);
     jobs.push_back(j);
     ASSERT_TRUE(service_->Admit(j).ok());
   }
-  ASSERT_TRUE(RunUntil([&] { return service_->AllDone(); }, 170)) << "training did not finish";
+  // A liveness bound, not a speed target: about 120 s here.
+  ASSERT_TRUE(RunUntil([&] { return service_->AllDone(); }, 280)) << "training did not finish";
   for (const pb::JobSpec& j : jobs) {
     const std::string model = TestBaseModel();
     const std::string latest = ReadAll(TenantDir(j.tenant()) + "/checkpoints/LATEST");

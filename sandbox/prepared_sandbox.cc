@@ -1,0 +1,435 @@
+#include "sandbox/prepared_sandbox.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "sandbox/seccomp_filter.h"
+
+namespace marlaas::sandbox {
+namespace {
+
+constexpr uid_t kNobody = 65534;
+constexpr uint32_t kRequestMagic = 0x4d53424f;  // "MSBO"
+
+void Send(int fd, int32_t kind, int32_t value, const char* text = "") {
+  StatusMessage m{};
+  m.kind = kind;
+  m.value = value;
+  std::strncpy(m.text, text, sizeof(m.text) - 1);
+  (void)!::write(fd, &m, sizeof(m));
+}
+
+// In the child: report a setup failure and exit.
+[[noreturn]] void Fail(int status_fd, const char* what) {
+  char text[240];
+  std::snprintf(text, sizeof(text), "%s: %s", what, std::strerror(errno));
+  Send(status_fd, StatusMessage::kSetupError, errno, text);
+  ::_exit(127);
+}
+
+bool WriteFile(const char* path, const char* text) {
+  int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const ssize_t n = ::write(fd, text, std::strlen(text));
+  ::close(fd);
+  return n == ssize_t(std::strlen(text));
+}
+
+// Replicates the host path `name` (e.g. "bin") in the new root: a symlink stays a symlink, a
+// directory becomes a read-only bind.
+bool MirrorReadOnly(const std::string& root, const char* name) {
+  const std::string host = std::string("/") + name, inside = root + "/" + name;
+  struct stat st {};
+  if (::lstat(host.c_str(), &st) != 0) return true;  // absent on this host: nothing to mirror
+  if (S_ISLNK(st.st_mode)) {
+    char target[256];
+    const ssize_t n = ::readlink(host.c_str(), target, sizeof(target) - 1);
+    if (n < 0) return false;
+    target[n] = '\0';
+    return ::symlink(target, inside.c_str()) == 0;
+  }
+  if (::mkdir(inside.c_str(), 0755) != 0) return false;
+  if (::mount(host.c_str(), inside.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) return false;
+  return ::mount(nullptr, inside.c_str(), nullptr,
+                 MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) == 0;
+}
+
+// Closes every descriptor from 3 up except `keep`.
+void CloseAllExcept(std::initializer_list<int> keep) {
+  std::vector<int> k(keep);
+  std::sort(k.begin(), k.end());
+  unsigned first = 3;
+  for (int fd : k) {
+    if (fd < int(first)) continue;
+    if (unsigned(fd) > first) ::syscall(SYS_close_range, first, unsigned(fd) - 1, 0);
+    first = unsigned(fd) + 1;
+  }
+  ::syscall(SYS_close_range, first, ~0u, 0);
+}
+
+// The request on the wire: magic, SandboxLimits as bytes, argv, files (u64 lengths).
+static_assert(std::is_trivially_copyable<SandboxLimits>::value, "SandboxLimits is sent as bytes");
+
+void PutBytes(std::string* out, const void* p, size_t n) {
+  out->append(static_cast<const char*>(p), n);
+}
+void PutString(std::string* out, const std::string& s) {
+  const uint64_t n = s.size();
+  PutBytes(out, &n, sizeof(n));
+  out->append(s);
+}
+
+std::string EncodeRequest(const SandboxRequest& req) {
+  std::string out;
+  PutBytes(&out, &kRequestMagic, sizeof(kRequestMagic));
+  PutBytes(&out, &req.limits, sizeof(req.limits));
+  const uint64_t argc = req.argv.size(), files = req.files.size();
+  PutBytes(&out, &argc, sizeof(argc));
+  for (const std::string& a : req.argv) PutString(&out, a);
+  PutBytes(&out, &files, sizeof(files));
+  for (const auto& [name, contents] : req.files) {
+    PutString(&out, name);
+    PutString(&out, contents);
+  }
+  return out;
+}
+
+bool ReadAll(int fd, void* p, size_t n) {
+  char* c = static_cast<char*>(p);
+  while (n > 0) {
+    const ssize_t r = ::read(fd, c, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    c += r;
+    n -= size_t(r);
+  }
+  return true;
+}
+
+bool ReadString(int fd, std::string* s) {
+  uint64_t n = 0;
+  if (!ReadAll(fd, &n, sizeof(n)) || n > (1ull << 30)) return false;
+  s->resize(n);
+  return ReadAll(fd, s->data(), n);
+}
+
+// Reads the request; false on EOF (the creator is gone or dropped us) or a malformed one.
+bool DecodeRequest(int fd, SandboxRequest* req) {
+  uint32_t magic = 0;
+  uint64_t argc = 0, files = 0;
+  if (!ReadAll(fd, &magic, sizeof(magic)) || magic != kRequestMagic ||
+      !ReadAll(fd, &req->limits, sizeof(req->limits)) || !ReadAll(fd, &argc, sizeof(argc)) ||
+      argc == 0 || argc > 4096) {
+    return false;
+  }
+  req->argv.resize(argc);
+  for (std::string& a : req->argv)
+    if (!ReadString(fd, &a)) return false;
+  if (!ReadAll(fd, &files, sizeof(files)) || files > 4096) return false;
+  req->files.resize(files);
+  for (auto& [name, contents] : req->files)
+    if (!ReadString(fd, &name) || !ReadString(fd, &contents)) return false;
+  return true;
+}
+
+// The program's process: PID 1 of the new pid namespace. Builds the root, waits for the request,
+// applies it, drops what it can, and execs. Never returns.
+[[noreturn]] void RunProgram(const std::string& root, int status_fd, int request_fd, int in_fd,
+                             int out_fd, int err_fd) {
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+    Fail(status_fd, "make / private");
+  if (::mount("sandbox", root.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755") != 0) {
+    Fail(status_fd, "mount root tmpfs");
+  }
+  for (const char* name : {"usr", "bin", "lib", "lib64", "sbin"}) {
+    if (!MirrorReadOnly(root, name)) Fail(status_fd, name);
+  }
+  for (const char* dir : {"/proc", "/dev", "/work", "/tmp", "/.old"}) {
+    if (::mkdir((root + dir).c_str(), 0755) != 0) Fail(status_fd, dir);
+  }
+  if (::mount("proc", (root + "/proc").c_str(), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              nullptr) != 0) {
+    Fail(status_fd, "mount proc");
+  }
+  for (const char* dev : {"null", "zero", "urandom"}) {
+    const std::string inside = root + "/dev/" + dev, host = std::string("/dev/") + dev;
+    int fd = ::open(inside.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0666);
+    if (fd < 0) Fail(status_fd, "create /dev node");
+    ::close(fd);
+    if (::mount(host.c_str(), inside.c_str(), nullptr, MS_BIND, nullptr) != 0)
+      Fail(status_fd, "bind /dev node");
+  }
+  // Sized at the default here; resized to the request's limits below.
+  if (::mount("work", (root + "/work").c_str(), "tmpfs", MS_NOSUID | MS_NODEV,
+              "size=16m,nr_inodes=1024,mode=0777") != 0) {
+    Fail(status_fd, "mount /work");
+  }
+  if (::mount((root + "/work").c_str(), (root + "/tmp").c_str(), nullptr, MS_BIND, nullptr) != 0) {
+    Fail(status_fd, "bind /tmp");
+  }
+  if (::syscall(SYS_pivot_root, root.c_str(), (root + "/.old").c_str()) != 0)
+    Fail(status_fd, "pivot_root");
+  if (::chdir("/") != 0 || ::umount2("/.old", MNT_DETACH) != 0 || ::rmdir("/.old") != 0) {
+    Fail(status_fd, "detach the old root");
+  }
+  if (::mount(nullptr, "/", nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) != 0) {
+    Fail(status_fd, "remount / read-only");
+  }
+  (void)::sethostname("sandbox", 7);
+  if (::chdir("/work") != 0) Fail(status_fd, "chdir /work");
+
+  // Ready: everything above is the same for every run. Now the request.
+  SandboxRequest req;
+  if (!DecodeRequest(request_fd, &req)) ::_exit(0);  // dropped unused, or the creator died
+  ::close(request_fd);
+  const SandboxLimits& L = req.limits;
+  char opts[96];
+  std::snprintf(opts, sizeof(opts), "size=%llu,nr_inodes=%u,mode=0777",
+                (unsigned long long)L.work_dir_bytes, L.work_dir_inodes);
+  if (::mount(nullptr, "/work", nullptr, MS_REMOUNT | MS_NOSUID | MS_NODEV, opts) != 0) {
+    Fail(status_fd, "size /work");
+  }
+  for (const auto& [name, contents] : req.files) {
+    if (name.empty() || name.find('/') != std::string::npos || name[0] == '.') {
+      errno = EINVAL;
+      Fail(status_fd, "file names must be plain names");
+    }
+    int fd = ::open(("/work/" + name).c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0 || ::write(fd, contents.data(), contents.size()) != ssize_t(contents.size())) {
+      Fail(status_fd, "write work file");
+    }
+    ::close(fd);
+  }
+  const struct {
+    int resource;
+    rlim_t value;
+  } limits[] = {{RLIMIT_CPU, L.cpu_seconds},       {RLIMIT_AS, L.memory_bytes},
+                {RLIMIT_NPROC, L.max_processes},   {RLIMIT_FSIZE, L.max_file_bytes},
+                {RLIMIT_NOFILE, L.max_open_files}, {RLIMIT_CORE, 0}};
+  for (const auto& l : limits) {
+    struct rlimit r {
+      l.value, l.value
+    };
+    if (::setrlimit(l.resource, &r) != 0) Fail(status_fd, "setrlimit");
+  }
+  if (::dup2(in_fd, 0) < 0 || ::dup2(out_fd, 1) < 0 || ::dup2(err_fd, 2) < 0)
+    Fail(status_fd, "dup2");
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) Fail(status_fd, "no_new_privs");
+  const std::string seccomp_error = InstallSeccompDenyList();
+  if (!seccomp_error.empty()) {
+    errno = EPERM;
+    Fail(status_fd, seccomp_error.c_str());
+  }
+  std::vector<char*> argv;
+  for (const std::string& a : req.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  char env_path[] = "PATH=/usr/bin:/bin", env_home[] = "HOME=/work", env_lang[] = "LANG=C.UTF-8";
+  char* envp[] = {env_path, env_home, env_lang, nullptr};
+  // The status pipe is close-on-exec: after this, nothing of ours reaches the parent.
+  Send(status_fd, StatusMessage::kAboutToExec, 0);
+  ::execve(argv[0], argv.data(), envp);
+  Fail(status_fd, "execve");
+}
+
+// The helper between the parent and the program: joins the run's cgroup, drops to nobody,
+// enters the new namespaces, forks the program as their PID 1, reports its pid and, later, its
+// wait status.
+[[noreturn]] void RunHelper(const std::string& root, const std::vector<std::string>& join_files,
+                            int status_fd, int request_fd, int in_fd, int out_fd, int err_fd) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // Other threads' sandboxes' pipes, inherited through fork, would keep their ends open (their
+  // EOF late) for as long as this sandbox lives: keep only ours.
+  CloseAllExcept({status_fd, request_fd, in_fd, out_fd, err_fd});
+  for (const std::string& procs : join_files) {  // "0": the writing process
+    const int fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || ::write(fd, "0", 1) != 1) Fail(status_fd, "join the run's cgroup");
+    ::close(fd);
+  }
+  if (::getuid() == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) {
+      Fail(status_fd, "drop to nobody");
+    }
+    // Changing uid cleared the dumpable flag, which makes /proc/self root-owned; we need to
+    // write our own uid_map below.
+    ::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+  }
+  const uid_t outer_uid = ::getuid();
+  const gid_t outer_gid = ::getgid();
+  // The cgroup namespace, entered after joining the run's cgroup, shows that cgroup as "/".
+  if (::unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
+                CLONE_NEWUTS | CLONE_NEWCGROUP) != 0) {
+    Fail(status_fd, "unshare namespaces");
+  }
+  char map[64];
+  std::snprintf(map, sizeof(map), "0 %u 1", outer_uid);
+  if (!WriteFile("/proc/self/setgroups", "deny") || !WriteFile("/proc/self/uid_map", map)) {
+    Fail(status_fd, "write uid_map");
+  }
+  std::snprintf(map, sizeof(map), "0 %u 1", outer_gid);
+  if (!WriteFile("/proc/self/gid_map", map)) Fail(status_fd, "write gid_map");
+  const pid_t program = ::fork();
+  if (program < 0) Fail(status_fd, "fork the program");
+  if (program == 0) RunProgram(root, status_fd, request_fd, in_fd, out_fd, err_fd);
+  Send(status_fd, StatusMessage::kProgramPid, program);
+  for (int fd : {request_fd, in_fd, out_fd, err_fd}) ::close(fd);
+  int wstatus = 0;
+  while (::waitpid(program, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  Send(status_fd, StatusMessage::kWaitStatus, wstatus);
+  ::_exit(0);
+}
+
+void CloseFd(int* fd) {
+  if (*fd >= 0) ::close(*fd);
+  *fd = -1;
+}
+
+}  // namespace
+
+Result<PreparedSandbox> PreparedSandbox::Prepare(bool cgroup) {
+  PreparedSandbox s;
+  s.started_ = std::chrono::steady_clock::now();
+  char root_template[] = "/tmp/marlaas-sandbox-XXXXXX";
+  if (::mkdtemp(root_template) == nullptr) return ErrnoStatus("mkdtemp", errno);
+  s.root_ = root_template;
+  ::chmod(s.root_.c_str(), 0755);  // the helper runs as nobody and must reach its mount point
+  std::vector<std::string> join_files;
+  if (cgroup) {
+    const SandboxLimits defaults;  // Launch writes the request's
+    auto cg = RunCgroup::Create(defaults.max_processes + 1, defaults.memory_bytes);
+    if (!cg.ok()) return Status(cg.status().code(), "cgroup: " + cg.status().message());
+    s.cgroup_.emplace(std::move(cg).value());
+    join_files = s.cgroup_->join_files();
+  }
+  // The child's ends: stdin read, stdout write, stderr write, status write, request read.
+  int child[5] = {-1, -1, -1, -1, -1};
+  auto fail = [&](const char* what) {
+    const int e = errno;
+    for (int fd : child)
+      if (fd >= 0) ::close(fd);
+    return ErrnoStatus(what, e);
+  };
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return fail("pipe2");
+  child[0] = p[0], s.stdin_w_ = p[1];
+  if (::pipe2(p, O_CLOEXEC) != 0) return fail("pipe2");
+  s.stdout_r_ = p[0], child[1] = p[1];
+  if (::pipe2(p, O_CLOEXEC) != 0) return fail("pipe2");
+  s.stderr_r_ = p[0], child[2] = p[1];
+  if (::pipe2(p, O_CLOEXEC) != 0) return fail("pipe2");
+  s.status_r_ = p[0], child[3] = p[1];
+  // A socket, so that sending to a sandbox that died in set-up fails with EPIPE, not SIGPIPE.
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p) != 0) return fail("socketpair");
+  s.request_w_ = p[0], child[4] = p[1];
+  const pid_t helper = ::fork();
+  if (helper < 0) return fail("fork");
+  if (helper == 0) {
+    for (int fd : {s.stdin_w_, s.stdout_r_, s.stderr_r_, s.status_r_, s.request_w_}) ::close(fd);
+    RunHelper(s.root_, join_files, child[3], child[4], child[0], child[1], child[2]);
+  }
+  s.helper_ = helper;
+  for (int fd : child) ::close(fd);
+  return s;
+}
+
+PreparedSandbox::PreparedSandbox(PreparedSandbox&& o) noexcept
+    : helper_(o.helper_),
+      stdin_w_(o.stdin_w_),
+      stdout_r_(o.stdout_r_),
+      stderr_r_(o.stderr_r_),
+      status_r_(o.status_r_),
+      request_w_(o.request_w_),
+      root_(std::move(o.root_)),
+      cgroup_(std::move(o.cgroup_)),
+      started_(o.started_) {
+  o.helper_ = -1;
+  o.stdin_w_ = o.stdout_r_ = o.stderr_r_ = o.status_r_ = o.request_w_ = -1;
+  o.root_.clear();
+  o.cgroup_.reset();
+}
+
+PreparedSandbox::~PreparedSandbox() {
+  // The program is PID 1 of its namespace and the helper's child: killing the helper and then
+  // closing the request socket ends an unlaunched one; RunSandboxed has killed a launched one.
+  Kill(-1);
+  for (int* fd : {&stdin_w_, &stdout_r_, &stderr_r_, &status_r_, &request_w_}) CloseFd(fd);
+  if (!root_.empty()) ::rmdir(root_.c_str());
+  cgroup_.reset();  // kills whatever is left in the run's cgroup
+}
+
+void PreparedSandbox::Kill(pid_t program) {
+  if (program > 0) ::kill(program, SIGKILL);
+  CloseFd(&request_w_);  // an unlaunched program reads EOF and exits
+  if (helper_ <= 0) return;
+  // The helper reaps the program and exits by itself: let it, so that no zombie of the run is
+  // left to the host's init (it would count against the run cgroup's pids until reaped). A
+  // helper that does not exit within 200 ms is killed.
+  for (int i = 0; i < 200; ++i) {
+    const pid_t r = ::waitpid(helper_, nullptr, WNOHANG);
+    if (r == helper_ || (r < 0 && errno != EINTR)) {
+      helper_ = -1;
+      return;
+    }
+    ::usleep(i < 20 ? 50 : 1000);
+  }
+  ::kill(helper_, SIGKILL);
+  while (::waitpid(helper_, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  helper_ = -1;
+}
+
+bool PreparedSandbox::SetUpAlive() {
+  if (helper_ <= 0) return false;
+  if (::waitpid(helper_, nullptr, WNOHANG) == 0) return true;
+  helper_ = -1;
+  return false;
+}
+
+PreparedSandbox::Streams PreparedSandbox::TakeStreams() {
+  const Streams s{stdin_w_, stdout_r_, stderr_r_, status_r_};
+  stdin_w_ = stdout_r_ = stderr_r_ = status_r_ = -1;
+  return s;
+}
+
+Status PreparedSandbox::Launch(const SandboxRequest& req) {
+  if (cgroup_) {
+    const Status limited =
+        cgroup_->SetLimits(req.limits.max_processes + 1, req.limits.memory_bytes);
+    if (!limited.ok()) {
+      CloseFd(&request_w_);  // the program reads EOF and exits
+      return Status(limited.code(), "cgroup: " + limited.message());
+    }
+  }
+  const std::string wire = EncodeRequest(req);
+  size_t sent = 0;
+  while (sent < wire.size()) {
+    const ssize_t n = ::send(request_w_, wire.data() + sent, wire.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int e = errno;
+      CloseFd(&request_w_);
+      return ErrnoStatus("send the sandbox request", e);
+    }
+    sent += size_t(n);
+  }
+  CloseFd(&request_w_);
+  return Status::Ok();
+}
+
+}  // namespace marlaas::sandbox

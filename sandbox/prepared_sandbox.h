@@ -1,0 +1,85 @@
+// PreparedSandbox: a sandbox built up to the point where only the request is missing. The helper
+// process has joined the run's cgroup, dropped to nobody and entered new user, pid, network,
+// mount, IPC, UTS and cgroup namespaces; the program process (PID 1 of the pid namespace) has
+// pivoted into a fresh tmpfs root (read-only /usr binds, private /proc, /dev with null, zero and
+// urandom, a tmpfs /work also seen as /tmp) and waits on a socket for the request. Launch() sends
+// it; the program then sizes /work, writes the files, sets rlimits, no_new_privs and the seccomp
+// deny-list, and execs.
+//
+// Every run gets a sandbox of its own, prepared at the call or ahead of it (sandbox_pool.h):
+// nothing of one run can reach another. An unused one dies with its creator: the helper has
+// PDEATHSIG (bound to the creating thread, which must outlive it), and the program exits when
+// the request socket reaches EOF.
+//
+// Status messages from the helper and the program reach the parent on `status_r` (StatusMessage);
+// RunSandboxed (sandbox.h) supervises the run. Move-only; not thread-safe.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "base/status.h"
+#include "sandbox/run_cgroup.h"
+#include "sandbox/sandbox.h"
+
+namespace marlaas::sandbox {
+
+// From the sandbox's helper and program to the parent, over the status pipe.
+struct StatusMessage {
+  enum Kind : int32_t {
+    kProgramPid = 1,   // value: the program's pid (as seen by the parent)
+    kWaitStatus = 2,   // value: the program's wait status
+    kSetupError = 3,   // value: errno; text: what failed
+    kAboutToExec = 4,  // the request was applied; execve follows
+  };
+  int32_t kind;
+  int32_t value;
+  char text[240];
+};
+
+class PreparedSandbox {
+ public:
+  // Builds one. With `cgroup`, the helper first joins a per-run cgroup (RunCgroup; its limits are
+  // written at Launch). A failed step inside the sandbox is not an error here: it arrives as a
+  // kSetupError message.
+  static Result<PreparedSandbox> Prepare(bool cgroup);
+
+  PreparedSandbox(PreparedSandbox&& other) noexcept;
+  PreparedSandbox& operator=(PreparedSandbox&&) = delete;
+  ~PreparedSandbox();  // kills what runs, closes the pipes, removes the mount point
+
+  // Writes the run's cgroup limits and sends the request. A sandbox that died during set-up
+  // fails here only when the parent cannot write: its kSetupError is still on the status pipe.
+  Status Launch(const SandboxRequest& request);
+
+  bool has_cgroup() const { return cgroup_.has_value(); }
+  const RunCgroup* cgroup() const { return cgroup_ ? &*cgroup_ : nullptr; }
+  pid_t helper() const { return helper_; }
+  // False when the helper has already exited (the set-up failed; reaps it).
+  bool SetUpAlive();
+  // The parent's ends of the program's stdio and of the status pipe, handed to the caller, who
+  // closes them.
+  struct Streams {
+    int stdin_w, stdout_r, stderr_r, status_r;
+  };
+  Streams TakeStreams();
+  // Ends the run: kills the program (PID 1 of its namespace, so every process in it; <= 0 when
+  // unknown) and the helper, and reaps the helper.
+  void Kill(pid_t program);
+  // When preparation began (set-up time = launch - this for a sandbox prepared at the call).
+  std::chrono::steady_clock::time_point started() const { return started_; }
+
+ private:
+  PreparedSandbox() = default;
+  pid_t helper_ = -1;
+  int stdin_w_ = -1, stdout_r_ = -1, stderr_r_ = -1, status_r_ = -1, request_w_ = -1;
+  std::string root_;
+  std::optional<RunCgroup> cgroup_;
+  std::chrono::steady_clock::time_point started_;
+};
+
+}  // namespace marlaas::sandbox
