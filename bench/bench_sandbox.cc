@@ -124,6 +124,7 @@ bool Measure(const std::string& isolation, const std::string& workload, int runs
       sandbox::SetPreparedSandboxPool(pool);  // a forked child starts with an empty pool
       for (int i = 0; i < runs / 2; ++i)
         if (!RunOnce(isolation, workload)) _exit(1);
+      sandbox::SetPreparedSandboxPool(0);  // _exit runs no exit handlers: drop the ready one
       _exit(0);
     }
   }

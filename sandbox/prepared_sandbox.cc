@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -152,6 +153,10 @@ bool DecodeRequest(int fd, SandboxRequest* req) {
 // applies it, drops what it can, and execs. Never returns.
 [[noreturn]] void RunProgram(const std::string& root, int status_fd, int request_fd, int in_fd,
                              int out_fd, int err_fd) {
+  // Dies with the helper (and, as PID 1 of its namespace, takes every process of the run along):
+  // a run whose helper was killed before its pid reached the parent cannot outlive it. (getppid
+  // cannot close the fork-to-prctl window here: the helper is outside this pid namespace.)
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
     Fail(status_fd, "make / private");
   if (::mount("sandbox", root.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755") != 0) {
@@ -326,7 +331,8 @@ Result<PreparedSandbox> PreparedSandbox::Prepare(bool cgroup) {
     return ErrnoStatus(what, e);
   };
   int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) return fail("pipe2");
+  // stdin is a socket, so that a program exiting without reading it cannot SIGPIPE the parent.
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p) != 0) return fail("socketpair");
   child[0] = p[0], s.stdin_w_ = p[1];
   if (::pipe2(p, O_CLOEXEC) != 0) return fail("pipe2");
   s.stdout_r_ = p[0], child[1] = p[1];
@@ -407,7 +413,8 @@ PreparedSandbox::Streams PreparedSandbox::TakeStreams() {
   return s;
 }
 
-Status PreparedSandbox::Launch(const SandboxRequest& req) {
+Status PreparedSandbox::Launch(const SandboxRequest& req,
+                               std::chrono::steady_clock::time_point deadline) {
   if (cgroup_) {
     const Status limited =
         cgroup_->SetLimits(req.limits.max_processes + 1, req.limits.memory_bytes);
@@ -419,14 +426,23 @@ Status PreparedSandbox::Launch(const SandboxRequest& req) {
   const std::string wire = EncodeRequest(req);
   size_t sent = 0;
   while (sent < wire.size()) {
-    const ssize_t n = ::send(request_w_, wire.data() + sent, wire.size() - sent, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int e = errno;
-      CloseFd(&request_w_);
-      return ErrnoStatus("send the sandbox request", e);
+    const ssize_t n =
+        ::send(request_w_, wire.data() + sent, wire.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      sent += size_t(n);
+      continue;
     }
-    sent += size_t(n);
+    if (n < 0 && errno == EINTR) continue;
+    const auto now = std::chrono::steady_clock::now();
+    if (n < 0 && errno == EAGAIN && now < deadline) {
+      pollfd w{request_w_, POLLOUT, 0};
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+      (void)::poll(&w, 1, int(left.count()) + 1);
+      continue;
+    }
+    const int e = n < 0 && errno != EAGAIN ? errno : ETIMEDOUT;
+    CloseFd(&request_w_);  // the program reads a short request and exits
+    return ErrnoStatus("send the sandbox request", e);
   }
   CloseFd(&request_w_);
   return Status::Ok();

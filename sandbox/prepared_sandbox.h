@@ -52,9 +52,10 @@ class PreparedSandbox {
   PreparedSandbox& operator=(PreparedSandbox&&) = delete;
   ~PreparedSandbox();  // kills what runs, closes the pipes, removes the mount point
 
-  // Writes the run's cgroup limits and sends the request. A sandbox that died during set-up
-  // fails here only when the parent cannot write: its kSetupError is still on the status pipe.
-  Status Launch(const SandboxRequest& request);
+  // Writes the run's cgroup limits and sends the request, giving up at `deadline` (ETIMEDOUT).
+  // A sandbox that died during set-up fails here only when the parent cannot write: its
+  // kSetupError is still on the status pipe.
+  Status Launch(const SandboxRequest& request, std::chrono::steady_clock::time_point deadline);
 
   bool has_cgroup() const { return cgroup_.has_value(); }
   const RunCgroup* cgroup() const { return cgroup_ ? &*cgroup_ : nullptr; }

@@ -136,15 +136,18 @@ void RemoveCgroup(const std::string& dir, bool v2) {
                std::strerror(errno));
 }
 
-// Removes run dirs under `parent` whose creating process is gone (a killed verifier's).
-void RemoveStaleRuns(const std::string& parent, bool v2) {
+// Removes run dirs under `parent` whose creating process is gone (a killed verifier's). With
+// `include_own` (at the probe, before this process made any), also those named with our pid: a
+// dead process that had it before us left them.
+void RemoveStaleRuns(const std::string& parent, bool v2, bool include_own) {
   DIR* d = ::opendir(parent.c_str());
   if (d == nullptr) return;
   std::vector<std::string> stale;
   while (dirent* e = ::readdir(d)) {
     long pid = 0;
-    if (std::sscanf(e->d_name, "run-%ld-", &pid) != 1 || pid <= 0 || pid == ::getpid()) continue;
-    if (::kill(pid_t(pid), 0) != 0 && errno == ESRCH) stale.push_back(parent + "/" + e->d_name);
+    if (std::sscanf(e->d_name, "run-%ld-", &pid) != 1 || pid <= 0) continue;
+    if (pid == ::getpid() ? include_own : ::kill(pid_t(pid), 0) != 0 && errno == ESRCH)
+      stale.push_back(parent + "/" + e->d_name);
   }
   ::closedir(d);
   for (const std::string& dir : stale) RemoveCgroup(dir, v2);
@@ -204,7 +207,7 @@ Layout ProbeLayout() {
           L.v2 = true;
           L.pids_parent = L.memory_parent = parent;
           L.support = {true, true, "v2", "cgroup v2 under " + parent};
-          RemoveStaleRuns(parent, true);
+          RemoveStaleRuns(parent, true, true);
           return L;
         }
       }
@@ -216,7 +219,7 @@ Layout ProbeLayout() {
     if (PrepareParent(h.own_dir, {"pids.max"}, &parent, &why)) {
       L.pids_parent = parent;
       where += "pids under " + parent;
-      RemoveStaleRuns(parent, false);
+      RemoveStaleRuns(parent, false, true);
     } else {
       why_v1 += "v1 pids: " + why + "; ";
     }
@@ -229,7 +232,7 @@ Layout ProbeLayout() {
       L.memory_parent = parent;
       L.v1_memsw = Exists(parent + "/memory.memsw.limit_in_bytes");
       where += std::string(where.empty() ? "" : ", ") + "memory under " + parent;
-      RemoveStaleRuns(parent, false);
+      RemoveStaleRuns(parent, false, true);
     } else {
       why_v1 += "v1 memory: " + why + "; ";
     }
@@ -249,8 +252,9 @@ Layout ProbeLayout() {
 }
 
 const Layout& HostLayout() {
-  static const Layout layout = ProbeLayout();
-  return layout;
+  // Never destroyed: runs may end on other threads while the process exits.
+  static const Layout* layout = new Layout(ProbeLayout());
+  return *layout;
 }
 
 // Writes pids.max and the memory limit of `set` where they differ from what it holds.
@@ -403,7 +407,7 @@ const CgroupSupport& HostCgroupSupport() {
 void RemoveStaleRunCgroups() {
   const Layout& L = HostLayout();
   for (const std::string& parent : {L.pids_parent, L.memory_parent})
-    if (!parent.empty()) RemoveStaleRuns(parent, L.v2);
+    if (!parent.empty()) RemoveStaleRuns(parent, L.v2, false);
 }
 
 Result<RunCgroup> RunCgroup::Create(uint32_t max_pids, uint64_t memory_bytes) {

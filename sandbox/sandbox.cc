@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -70,6 +71,7 @@ Result<SandboxResult> RunSandboxed(const SandboxRequest& req) {
   const bool cgroup =
       req.limits.cgroup_limits && (HostCgroupSupport().pids || HostCgroupSupport().memory);
   std::optional<PreparedSandbox> sandbox = TakePreparedSandbox(cgroup);
+  const bool prepared_ahead = sandbox.has_value();
   if (!sandbox) {
     auto fresh = PreparedSandbox::Prepare(cgroup);
     if (!fresh.ok()) {
@@ -80,13 +82,21 @@ Result<SandboxResult> RunSandboxed(const SandboxRequest& req) {
     }
     sandbox.emplace(std::move(fresh).value());
   }
-  const Status launched = sandbox->Launch(req);
+  const auto deadline = t0 + std::chrono::milliseconds(req.limits.wall_timeout_ms);
+  const Status launched = sandbox->Launch(req, deadline);
   SandboxResult res;
-  if (!launched.ok()) res.setup_error = launched.message();         // unless the sandbox says more
+  res.prepared_ahead = prepared_ahead;
+  bool timed_out = false, over_output = false;
+  if (!launched.ok()) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      timed_out = true;  // a large request to a slow sandbox used up the run's time
+    } else {
+      res.setup_error = launched.message();  // unless the sandbox says more
+    }
+  }
   const PreparedSandbox::Streams streams = sandbox->TakeStreams();  // closed here
   int out[2] = {streams.stdout_r, -1}, err[2] = {streams.stderr_r, -1};
   int st[2] = {streams.status_r, -1}, in[2] = {-1, streams.stdin_w};
-  ::fcntl(in[1], F_SETFL, O_NONBLOCK);
   pid_t program = -1;
   bool have_status = false;
   int wstatus = 0;
@@ -95,10 +105,8 @@ Result<SandboxResult> RunSandboxed(const SandboxRequest& req) {
     ::close(in[1]);
     in[1] = -1;
   }
-  const auto deadline = t0 + std::chrono::milliseconds(req.limits.wall_timeout_ms);
-  bool timed_out = false, over_output = false;
   int open_streams = 3;  // stdout, stderr, status
-  while (open_streams > 0) {
+  while (open_streams > 0 && !timed_out) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
       timed_out = true;
@@ -151,8 +159,10 @@ Result<SandboxResult> RunSandboxed(const SandboxRequest& req) {
       }
     }
     if (in[1] >= 0 && (fds[3].revents & (POLLOUT | POLLERR | POLLHUP))) {
-      const ssize_t n = ::write(in[1], req.stdin_data.data() + stdin_written,
-                                req.stdin_data.size() - stdin_written);
+      // A socket: a program that exits without reading gives EPIPE here, never SIGPIPE.
+      const ssize_t n = ::send(in[1], req.stdin_data.data() + stdin_written,
+                               req.stdin_data.size() - stdin_written, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
       if (n > 0) stdin_written += size_t(n);
       if (n < 0 || stdin_written == req.stdin_data.size()) {
         ::close(in[1]);
@@ -160,8 +170,17 @@ Result<SandboxResult> RunSandboxed(const SandboxRequest& req) {
       }
     }
   }
-  // Killing the program, PID 1 of its namespace, makes the kernel kill every process in it.
-  sandbox->Kill(program);
+  // What the helper said but the loop did not read (it stopped at the deadline or the output
+  // limit): the program's pid, or that it was already reaped.
+  for (StatusMessage m; st[0] >= 0 && !have_status;) {
+    pollfd p{st[0], POLLIN, 0};
+    if (::poll(&p, 1, 0) != 1 || ::read(st[0], &m, sizeof(m)) != ssize_t(sizeof(m))) break;
+    if (m.kind == StatusMessage::kProgramPid) program = m.value;
+    if (m.kind == StatusMessage::kWaitStatus) have_status = true, wstatus = m.value;
+  }
+  // Killing the program, PID 1 of its namespace, makes the kernel kill every process in it; once
+  // its wait status arrived, its pid may already belong to someone else.
+  sandbox->Kill(have_status ? -1 : program);
   CloseAll({in[1], out[0], err[0], st[0]});
   const RunCgroup* cg = sandbox->cgroup();
   res.cgroup_limited = cg != nullptr;

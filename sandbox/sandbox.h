@@ -62,6 +62,7 @@ struct SandboxResult {
   double wall_ms = 0;
   double setup_ms = 0;  // from the call until the program was about to exec (the isolation cost)
   bool cgroup_limited = false;  // the run had its own cgroup limits
+  bool prepared_ahead = false;  // its sandbox came from the pool (sandbox_pool.h)
   std::string setup_error;      // with kSetupFailed
 };
 

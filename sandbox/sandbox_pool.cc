@@ -16,9 +16,11 @@ namespace {
 class Pool {
  public:
   void SetTarget(int n) {
+    std::list<PreparedSandbox> dropped;  // destroyed outside the lock
     std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return;
     target_ = n > 0 ? size_t(n) : 0;
-    while (ready_.size() > target_) ready_.pop_front();
+    while (ready_.size() > target_) dropped.splice(dropped.end(), ready_, ready_.begin());
     if (target_ > 0 && !started_) {
       started_ = true;
       // The refill thread forks the helpers, whose PDEATHSIG follows the forking thread: it
@@ -29,22 +31,30 @@ class Pool {
   }
 
   std::optional<PreparedSandbox> Take(bool cgroup) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = ready_.begin(); it != ready_.end(); ++it) {
-      if (it->has_cgroup() != cgroup) continue;
-      PreparedSandbox s = std::move(*it);
-      ready_.erase(it);
-      cv_.notify_all();
-      if (!s.SetUpAlive()) return std::nullopt;  // it failed in set-up: the caller starts afresh
-      return s;
+    std::list<PreparedSandbox> taken;  // destroyed outside the lock
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto it = ready_.begin(); it != ready_.end(); ++it) {
+        if (it->has_cgroup() != cgroup) continue;
+        taken.splice(taken.begin(), ready_, it);
+        cv_.notify_all();
+        break;
+      }
     }
-    return std::nullopt;
+    // One that failed in set-up is dropped: the caller starts afresh.
+    if (taken.empty() || !taken.front().SetUpAlive()) return std::nullopt;
+    return std::move(taken.front());
   }
 
+  // At exit: no more refills, and the ready ones go (their roots and cgroups with them).
   void Drop() {
-    std::lock_guard<std::mutex> lock(mu_);
-    target_ = 0;
-    ready_.clear();
+    std::list<PreparedSandbox> dropped;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopped_ = true;
+      target_ = 0;
+      dropped.swap(ready_);
+    }
   }
 
  private:
@@ -52,12 +62,17 @@ class Pool {
     const bool cgroup = HostCgroupSupport().pids || HostCgroupSupport().memory;
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
-      cv_.wait(lock, [&] { return ready_.size() < target_; });
+      cv_.wait(lock, [&] { return stopped_ || ready_.size() < target_; });
+      if (stopped_) return;
       lock.unlock();
       auto s = PreparedSandbox::Prepare(cgroup);
       lock.lock();
-      if (s.ok()) {
+      if (s.ok() && !stopped_ && ready_.size() < target_) {
         ready_.push_back(std::move(s).value());
+      } else if (s.ok()) {  // the pool shrank or stopped meanwhile: not needed
+        lock.unlock();
+        { PreparedSandbox unneeded = std::move(s).value(); }
+        lock.lock();
       } else {
         std::fprintf(stderr, "marlaas sandbox pool: %s\n", s.status().ToString().c_str());
         lock.unlock();
@@ -72,6 +87,7 @@ class Pool {
   std::list<PreparedSandbox> ready_;
   size_t target_ = 0;
   bool started_ = false;
+  bool stopped_ = false;  // exiting
 };
 
 // Never destroyed: the refill thread may still run during exit. A forked child starts with an

@@ -1,7 +1,8 @@
 // Sandboxes prepared ahead of their runs (PreparedSandbox). With a pool of N, a background
 // thread keeps N ready, so a run's set-up — namespaces, the cgroup join, mounts and pivot_root —
-// is off its critical path; each is still used by one run only. Off by default: on two cores the
-// verifier is CPU-bound and the set-up only moves (bench_sandbox measures both ways).
+// is off its critical path; each is still used by one run only. Off unless set (the verifier
+// stage sets one, --prepared-sandboxes): the set-up moves off the critical path but not off the
+// CPU (bench_sandbox measures both ways).
 // Thread-safe.
 #pragma once
 

@@ -63,6 +63,7 @@ TEST_F(SandboxPoolTest, PreparedSandboxesAreReadyAndTaken) {
 
 TEST_F(SandboxPoolTest, EachRunGetsAFreshSandbox) {
   for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(WaitFor([] { return ChildProcesses() >= 2; }));
     // A file left by the previous run, and a process it left running, must not be seen.
     const SandboxResult r = Python(
         "import os\nprint(os.path.exists('/work/mark'), sorted(os.listdir('/proc'))[:0], "
@@ -70,6 +71,7 @@ TEST_F(SandboxPoolTest, EachRunGetsAFreshSandbox) {
         "open('/work/mark', 'w').write('x')\n"
         "if os.fork() == 0:\n  import time; time.sleep(30)\n");
     EXPECT_EQ(r.outcome, SandboxOutcome::kExited) << r.stderr_data << r.setup_error;
+    EXPECT_TRUE(r.prepared_ahead) << "run " << i << " did not use a prepared sandbox";
     EXPECT_EQ(r.stdout_data, "False [] 1\n") << "run " << i;
   }
 }
@@ -83,6 +85,7 @@ TEST_F(SandboxPoolTest, TheRequestsLimitsApplyToAPreparedSandbox) {
       "except OSError as e: print('full', e.errno)",
       small);
   EXPECT_EQ(full.stdout_data, "full 28\n") << full.stderr_data;
+  EXPECT_TRUE(full.prepared_ahead);
   if (HostCgroupSupport().memory) {
     // Six processes of 100 MiB: over a 256 MiB run limit, under a 1 GiB one.
     const std::string bomb =
@@ -93,12 +96,17 @@ TEST_F(SandboxPoolTest, TheRequestsLimitsApplyToAPreparedSandbox) {
     SandboxLimits big;
     big.memory_bytes = 1ull << 30;
     big.wall_timeout_ms = 10000;
+    ASSERT_TRUE(WaitFor([] { return ChildProcesses() >= 2; }));
     const SandboxResult roomy = Python(bomb, big);
+    EXPECT_TRUE(roomy.prepared_ahead);
     EXPECT_EQ(roomy.outcome, SandboxOutcome::kExited) << roomy.stderr_data;
     EXPECT_EQ(roomy.stdout_data, "0\n");
     SandboxLimits tight = big;
     tight.memory_bytes = 256ull << 20;
-    EXPECT_EQ(Python(bomb, tight).outcome, SandboxOutcome::kMemoryLimit);
+    ASSERT_TRUE(WaitFor([] { return ChildProcesses() >= 2; }));
+    const SandboxResult killed = Python(bomb, tight);
+    EXPECT_TRUE(killed.prepared_ahead);
+    EXPECT_EQ(killed.outcome, SandboxOutcome::kMemoryLimit);
   }
 }
 
@@ -107,6 +115,16 @@ TEST_F(SandboxPoolTest, DroppingThePoolLeavesNoProcess) {
   SetPreparedSandboxPool(0);
   EXPECT_TRUE(WaitFor([] { return ChildProcesses() == 0; }))
       << ChildProcesses() << " processes left";
+  // Turned off while the refill thread is preparing: what it finishes afterwards is not kept.
+  for (int i = 0; i < 30; ++i) {
+    SetPreparedSandboxPool(2);
+    std::this_thread::sleep_for(std::chrono::microseconds(200 * (i % 5)));
+    SetPreparedSandboxPool(0);
+  }
+  EXPECT_TRUE(WaitFor([] { return ChildProcesses() == 0; }))
+      << ChildProcesses() << " processes left";
+  const bool cgroup = HostCgroupSupport().pids || HostCgroupSupport().memory;
+  EXPECT_FALSE(TakePreparedSandbox(cgroup).has_value());
 }
 
 }  // namespace

@@ -42,6 +42,31 @@ TEST(SandboxTest, RunsAProgramWithStdinStdoutStderrAndExitCode) {
   EXPECT_EQ(r.stderr_data, "oops\n");
 }
 
+// Far more stdin than a pipe holds, to a program that exits without reading it: the caller must
+// not die of SIGPIPE (this test process would).
+TEST(SandboxTest, UnreadStdinDoesNotHurtTheCaller) {
+  auto r = RunIn({"/bin/true"}, {}, std::string(4 << 20, 'x'));
+  EXPECT_EQ(r.outcome, SandboxOutcome::kExited) << r.setup_error;
+  EXPECT_EQ(r.exit_code, 0);
+}
+
+// The run's time ends while its request (a large file) is still being sent: without cgroups to
+// sweep up, the program must still die with its helper.
+TEST(SandboxTest, ARunTimedOutBeforeItStartedLeavesNothingRunning) {
+  SandboxLimits l;
+  l.cgroup_limits = false;
+  l.wall_timeout_ms = 1;
+  l.work_dir_bytes = 64ull << 20;
+  l.max_file_bytes = 64ull << 20;
+  for (int i = 0; i < 5; ++i) {
+    auto r = RunIn({"/bin/sh", "-c", "sleep 4251"}, l, "", {{"big", std::string(16 << 20, 'y')}});
+    EXPECT_EQ(r.outcome, SandboxOutcome::kTimeout) << SandboxOutcomeName(r.outcome);
+  }
+  for (int i = 0; i < 100 && CountHostProcesses("sleep 4251") > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(CountHostProcesses("sleep 4251"), 0) << "a timed-out program kept running";
+}
+
 TEST(SandboxTest, FilesArePlacedInTheWorkDir) {
   auto r = RunIn({"/bin/sh", "-c", "pwd; cat input.txt"}, {}, "", {{"input.txt", "hello"}});
   ASSERT_EQ(r.outcome, SandboxOutcome::kExited) << r.setup_error;
