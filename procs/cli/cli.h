@@ -29,6 +29,11 @@ int RunSandboxRun(const std::vector<std::string>& args);
 int RunServe(const std::vector<std::string>& args);
 int RunDemo(const std::vector<std::string>& args);
 int RunSample(const std::vector<std::string>& args);
+int RunSubmit(const std::vector<std::string>& args);
+int RunStatus(const std::vector<std::string>& args);
+int RunStop(const std::vector<std::string>& args);
+int RunExport(const std::vector<std::string>& args);
+int RunLogs(const std::vector<std::string>& args);
 
 // Small argument helper: removes "--name VALUE" from args; returns false if absent.
 bool TakeFlag(std::vector<std::string>* args, const std::string& name, std::string* value);

@@ -1,5 +1,7 @@
-// `marlaas serve --job FILE [--job FILE ...]`: starts the service (rollout, verifier and trainer
-// processes), admits the jobs, shows the live table and returns when every tenant is done.
+// `marlaas serve [--job FILE ...]`: starts the service (rollout, verifier and trainer processes)
+// with its control socket in the state dir, admits the jobs, shows the live table, and returns
+// when every tenant is done — or, started without jobs, when interrupted (tenants then come by
+// `marlaas submit`).
 #include <unistd.h>
 
 #include <cstdio>
@@ -35,10 +37,9 @@ int RunServe(const std::vector<std::string>& argv) {
   o.service.stage.allow_weak_sandbox = TakeSwitch(&args, "--allow-weak-sandbox");
   o.quiet = TakeSwitch(&args, "--quiet");
   if (int rc = RejectRest("serve", args)) return rc;
-  if (o.jobs.empty()) {
-    std::fprintf(stderr, "usage: marlaas serve --job FILE [--job FILE ...] [options]\n");
-    return 2;
-  }
+  // With jobs: until they are done; without: until SIGINT/SIGTERM, taking tenants by `submit`.
+  o.control_socket = true;
+  o.until_stopped = o.jobs.empty();
   o.service.stage.threads = std::max(1, std::atoi(threads.c_str()));
   o.service.stage.verifier_workers = std::max(1, std::atoi(workers.c_str()));
   o.timeout_s = std::atof(timeout.c_str());

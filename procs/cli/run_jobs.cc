@@ -2,9 +2,13 @@
 
 #include <csignal>
 #include <cstdio>
+#include <optional>
 #include <thread>
 
 #include "procs/common/pipeline.h"
+#include "procs/serve/control_handler.h"
+#include "procs/serve/control_server.h"
+#include "procs/serve/tokens.h"
 
 namespace marlaas::cli {
 
@@ -16,17 +20,40 @@ Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
     if (!st.ok()) return st.Annotate("admitting tenant '" + job.tenant() + "'");
   }
   pipeline::InstallStopHandlers();  // Ctrl-C stops the run cleanly
+  std::optional<serve::Tokens> tokens;
+  std::optional<serve::ControlServer> control;
+  std::optional<serve::ControlHandler> handler;
+  if (o.control_socket) {
+    const std::string& dir = o.service.stage.state_dir;
+    MARLAAS_ASSIGN_OR_RETURN(serve::Tokens t, serve::Tokens::Open(dir));
+    tokens.emplace(std::move(t));
+    MARLAAS_ASSIGN_OR_RETURN(serve::ControlServer s,
+                             serve::ControlServer::Listen(dir + "/control.sock"));
+    control.emplace(std::move(s));
+    handler.emplace(service.get(), &*tokens);
+    if (!o.quiet) {
+      std::printf("control socket %s (admin token in %s/admin.token)\n", control->path().c_str(),
+                  dir.c_str());
+    }
+  }
   serve::Monitor monitor;
   RunJobsReport report;
   double next_print = o.print_every_s;
-  while (!service->AllDone()) {
-    if (pipeline::StopRequested()) return Status(StatusCode::kUnavailable, "interrupted");
+  while (o.until_stopped || !service->AllDone()) {
+    if (pipeline::StopRequested()) {
+      if (o.until_stopped) break;
+      return Status(StatusCode::kUnavailable, "interrupted");
+    }
     if (monitor.wall_s() > o.timeout_s) {
       report.timed_out = true;
       break;
     }
     service->Tick();
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (control) {
+      control->Poll(50, [&](const pb::ControlRequest& r) { return handler->Handle(r); });
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
     if (monitor.wall_s() >= next_print) {
       monitor.Sample(*service);
       next_print += o.print_every_s;

@@ -16,6 +16,11 @@ struct RunJobsOptions {
   double timeout_s = 3600;
   double print_every_s = 2;
   bool quiet = false;
+  // Listen on <state-dir>/control.sock for submit/status/stop/export/logs (control_server.h).
+  bool control_socket = false;
+  // Keep serving after every tenant is done, until SIGINT/SIGTERM (a service started with no
+  // jobs, which takes its tenants over the control socket).
+  bool until_stopped = false;
 };
 
 struct RunJobsReport {

@@ -143,6 +143,18 @@ Status Service::Admit(const pb::JobSpec& given) {
   return table_->Put(row, r);
 }
 
+Status Service::StopTenant(const std::string& tenant) {
+  MARLAAS_ASSIGN_OR_RETURN(int row, table_->Find(tenant));
+  MARLAAS_ASSIGN_OR_RETURN(TenantRecord rec, table_->Get(row));
+  if (rec.state != TenantState::kRunning && rec.state != TenantState::kAdmitted) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "tenant '" + tenant + "' is already " + TenantStateName(rec.state));
+  }
+  rec.state = TenantState::kStopped;
+  std::snprintf(rec.reason, sizeof(rec.reason), "stopped by its owner");
+  return table_->Put(row, rec);
+}
+
 void Service::Tick() {
   if (stopped_) return;
   const int64_t now = NowMs();

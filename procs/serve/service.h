@@ -53,6 +53,9 @@ class Service {
   // Validates the spec, writes <state>/tenants/<id>/job.json and makes the tenant running. A
   // tenant id that is already running is refused. Nothing changes when it fails.
   Status Admit(const pb::JobSpec& spec);
+  // Stops a running tenant for its owner: the rollout produces nothing more for it and the
+  // trainer starts nothing new; its checkpoints stay. kNotFound / kFailedPrecondition otherwise.
+  Status StopTenant(const std::string& tenant);
   // Supervision: restarts dead stages and updates tenant states.
   void Tick();
   // True when every admitted tenant is finished, stopped or failed.

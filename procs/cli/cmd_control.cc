@@ -1,0 +1,151 @@
+// The control commands, each one request to a running `marlaas serve` over its control socket:
+//   marlaas submit JOB.json        prints "tenant: ID" and "token: TOKEN"
+//   marlaas status [TENANT] [--json]
+//   marlaas stop TENANT
+//   marlaas export TENANT --out DIR
+//   marlaas logs TENANT [--lines N]
+// Every one takes --state-dir DIR (where the socket is) and --token TOKEN (default: the admin
+// token when readable). Exit codes: 0 done, 1 refused or failed (the reason on stderr), 2 usage.
+#include <google/protobuf/util/json_util.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "procs/cli/base_model.h"
+#include "procs/cli/cli.h"
+#include "procs/cli/control_client.h"
+#include "proto/job_spec.h"
+
+namespace marlaas::cli {
+namespace {
+
+struct Common {
+  std::string state_dir, token;
+};
+
+Common TakeCommon(std::vector<std::string>* args) {
+  Common c;
+  c.state_dir = DefaultStateDir();
+  std::string token;
+  TakeFlag(args, "--state-dir", &c.state_dir);
+  TakeFlag(args, "--token", &token);
+  c.token = ResolveToken(c.state_dir, token);
+  return c;
+}
+
+// Sends the request; prints the error and returns nullopt when it failed or was refused.
+std::optional<pb::ControlReply> Call(const char* command, const Common& c, pb::ControlRequest req) {
+  req.set_token(c.token);
+  auto reply = CallService(c.state_dir, std::move(req));
+  if (!reply.ok()) {
+    std::fprintf(stderr, "marlaas %s: %s\n", command, reply.status().message().c_str());
+    return std::nullopt;
+  }
+  if (!reply->ok()) {
+    std::fprintf(stderr, "marlaas %s: %s\n", command, reply->error().c_str());
+    return std::nullopt;
+  }
+  return *reply;
+}
+
+int Usage(const char* text) {
+  std::fprintf(stderr, "usage: %s\n", text);
+  return 2;
+}
+
+}  // namespace
+
+int RunSubmit(const std::vector<std::string>& argv) {
+  std::vector<std::string> args = argv;
+  const Common c = TakeCommon(&args);
+  if (args.size() != 1) return Usage("marlaas submit JOB.json [--state-dir DIR]");
+  auto job = LoadJobSpecFile(args[0]);
+  if (!job.ok()) {
+    std::fprintf(stderr, "marlaas submit: %s: %s\n", args[0].c_str(),
+                 job.status().message().c_str());
+    return 1;
+  }
+  pb::ControlRequest req;
+  *req.mutable_submit()->mutable_job() = *job;
+  auto reply = Call("submit", c, std::move(req));
+  if (!reply) return 1;
+  std::printf("tenant: %s\ntoken: %s\n", reply->submit().tenant().c_str(),
+              reply->submit().token().c_str());
+  return 0;
+}
+
+int RunStatus(const std::vector<std::string>& argv) {
+  std::vector<std::string> args = argv;
+  const Common c = TakeCommon(&args);
+  const bool as_json = TakeSwitch(&args, "--json");
+  if (args.size() > 1)
+    return Usage("marlaas status [TENANT] [--json] [--state-dir DIR] [--token T]");
+  pb::ControlRequest req;
+  req.mutable_status()->set_tenant(args.empty() ? "" : args[0]);
+  auto reply = Call("status", c, std::move(req));
+  if (!reply) return 1;
+  if (as_json) {
+    std::string out;
+    google::protobuf::util::JsonPrintOptions o;
+    o.preserve_proto_field_names = true;
+    o.always_print_primitive_fields = true;
+    (void)google::protobuf::util::MessageToJsonString(reply->status(), &out, o);
+    std::printf("%s\n", out.c_str());
+    return 0;
+  }
+  std::printf("%-20s %-17s %-9s %6s %7s %5s  %s\n", "tenant", "task", "state", "step", "reward",
+              "stale", "reason");
+  for (const pb::TenantStatus& t : reply->status().tenants()) {
+    std::printf("%-20s %-17s %-9s %6llu %7.3f %5u  %s\n", t.id().c_str(), t.task().c_str(),
+                t.state().c_str(), (unsigned long long)t.step(), t.reward_mean(), t.staleness(),
+                t.reason().c_str());
+  }
+  return 0;
+}
+
+int RunStop(const std::vector<std::string>& argv) {
+  std::vector<std::string> args = argv;
+  const Common c = TakeCommon(&args);
+  if (args.size() != 1) return Usage("marlaas stop TENANT [--state-dir DIR] [--token T]");
+  pb::ControlRequest req;
+  req.mutable_stop()->set_tenant(args[0]);
+  if (!Call("stop", c, std::move(req))) return 1;
+  std::printf("stopped %s\n", args[0].c_str());
+  return 0;
+}
+
+int RunExport(const std::vector<std::string>& argv) {
+  std::vector<std::string> args = argv;
+  const Common c = TakeCommon(&args);
+  std::string out;
+  TakeFlag(&args, "--out", &out);
+  if (args.size() != 1 || out.empty())
+    return Usage("marlaas export TENANT --out DIR [--state-dir DIR] [--token T]");
+  char* abs = ::realpath(".", nullptr);  // the service resolves paths from its own directory
+  const std::string dir = out[0] == '/' ? out : std::string(abs ? abs : ".") + "/" + out;
+  std::free(abs);
+  pb::ControlRequest req;
+  req.mutable_export_()->set_tenant(args[0]);
+  req.mutable_export_()->set_out_dir(dir);
+  if (!Call("export", c, std::move(req))) return 1;
+  std::printf("exported %s to %s (PEFT layout)\n", args[0].c_str(), dir.c_str());
+  return 0;
+}
+
+int RunLogs(const std::vector<std::string>& argv) {
+  std::vector<std::string> args = argv;
+  const Common c = TakeCommon(&args);
+  std::string lines = "100";
+  TakeFlag(&args, "--lines", &lines);
+  if (args.size() != 1 || std::atoi(lines.c_str()) <= 0)
+    return Usage("marlaas logs TENANT [--lines N] [--state-dir DIR] [--token T]");
+  pb::ControlRequest req;
+  req.mutable_logs()->set_tenant(args[0]);
+  req.mutable_logs()->set_max_lines(uint32_t(std::atoi(lines.c_str())));
+  auto reply = Call("logs", c, std::move(req));
+  if (!reply) return 1;
+  for (const std::string& l : reply->logs().lines()) std::printf("%s\n", l.c_str());
+  return 0;
+}
+
+}  // namespace marlaas::cli

@@ -1,0 +1,52 @@
+#include "procs/cli/control_client.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "base/file_util.h"
+#include "procs/serve/control_frame.h"
+
+namespace marlaas::cli {
+
+std::string ResolveToken(const std::string& state_dir, const std::string& flag) {
+  if (!flag.empty()) return flag;
+  auto admin = ReadFile(state_dir + "/admin.token");
+  if (!admin.ok()) return "";
+  std::string t = *admin;
+  while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
+  return t;
+}
+
+Result<pb::ControlReply> CallService(const std::string& state_dir, pb::ControlRequest request,
+                                     int timeout_ms) {
+  const std::string path = state_dir + "/control.sock";
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path))
+    return Status(StatusCode::kInvalidArgument, "control socket path too long: " + path);
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ErrnoStatus("socket", errno);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return Status(StatusCode::kUnavailable,
+                  "no service is listening on " + path + " (" + std::strerror(e) +
+                      "): start one with `marlaas serve --state-dir " + state_dir + "`");
+  }
+  const auto deadline = serve::Clock::now() + std::chrono::milliseconds(timeout_ms);
+  Status st = serve::WriteFrame(fd, request.SerializeAsString(), deadline);
+  Result<std::string> frame = st.ok() ? serve::ReadFrame(fd, deadline) : Result<std::string>(st);
+  ::close(fd);
+  if (!frame.ok()) return frame.status();
+  pb::ControlReply reply;
+  if (!reply.ParseFromString(*frame))
+    return Status(StatusCode::kCorrupt, "the service's reply is not a ControlReply");
+  return reply;
+}
+
+}  // namespace marlaas::cli

@@ -1,0 +1,156 @@
+#include "procs/serve/control_server.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+namespace marlaas::serve {
+namespace {
+
+constexpr size_t kMaxConnections = 128;
+constexpr size_t kMaxPendingReply = 8u << 20;  // a client that stops reading is dropped
+
+Result<sockaddr_un> Address(const std::string& path) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(a.sun_path)) {
+    return Status(StatusCode::kInvalidArgument,
+                  "control socket path '" + path + "' is longer than " +
+                      std::to_string(sizeof(a.sun_path) - 1) + " bytes: use a shorter state dir");
+  }
+  std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+  return a;
+}
+
+}  // namespace
+
+Result<ControlServer> ControlServer::Listen(const std::string& path) {
+  MARLAAS_ASSIGN_OR_RETURN(sockaddr_un addr, Address(path));
+  // A socket file that nobody answers on is a dead service's.
+  const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (probe < 0) return ErrnoStatus("socket", errno);
+  const bool live = ::connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(probe);
+  if (live) {
+    return Status(StatusCode::kAlreadyExists,
+                  "a service is already listening on " + path + " (one service per state dir)");
+  }
+  ::unlink(path.c_str());
+  ControlServer s;
+  s.path_ = path;
+  s.listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (s.listen_fd_ < 0) return ErrnoStatus("socket", errno);
+  const mode_t old = ::umask(0177);  // the socket file is created 0600
+  const int bound = ::bind(s.listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  const int bind_errno = errno;
+  ::umask(old);
+  if (bound != 0) return ErrnoStatus("bind " + path, bind_errno);
+  if (::chmod(path.c_str(), 0600) != 0) return ErrnoStatus("chmod " + path, errno);
+  if (::listen(s.listen_fd_, 64) != 0) return ErrnoStatus("listen " + path, errno);
+  return s;
+}
+
+ControlServer::ControlServer(ControlServer&& o) noexcept
+    : path_(std::move(o.path_)), listen_fd_(o.listen_fd_), conns_(std::move(o.conns_)) {
+  o.listen_fd_ = -1;
+  o.conns_.clear();
+  o.path_.clear();
+}
+
+ControlServer::~ControlServer() {
+  for (auto& [fd, c] : conns_) ::close(fd);
+  if (listen_fd_ >= 0) {
+    ::close(listen_fd_);
+    ::unlink(path_.c_str());
+  }
+}
+
+void ControlServer::Close(int fd, const char* why) {
+  if (why != nullptr) std::fprintf(stderr, "[serve] control connection closed: %s\n", why);
+  ::close(fd);
+  conns_.erase(fd);
+}
+
+void ControlServer::ReadFrom(int fd, const Handler& handler) {
+  Conn& c = conns_[fd];
+  char buf[65536];
+  const ssize_t n = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+  if (n <= 0) {
+    Close(fd, c.reader.pending() > 0 ? "the client hung up in the middle of a frame" : nullptr);
+    return;
+  }
+  c.reader.Feed(buf, size_t(n));
+  for (;;) {
+    auto frame = c.reader.Next();
+    if (!frame.ok()) {
+      Close(fd, frame.status().message().c_str());
+      return;
+    }
+    if (!frame->has_value()) return;
+    pb::ControlRequest req;
+    if (!req.ParseFromString(**frame)) {
+      Close(fd, "a frame that is not a ControlRequest");
+      return;
+    }
+    const pb::ControlReply reply = handler(req);
+    auto encoded = EncodeFrame(reply.SerializeAsString());
+    if (!encoded.ok()) {  // a reply too large for one frame: say so instead
+      pb::ControlReply small;
+      small.set_request_id(req.request_id());
+      small.set_error("the reply exceeds the control frame limit");
+      encoded = EncodeFrame(small.SerializeAsString());
+    }
+    c.out += *encoded;
+    if (c.out.size() > kMaxPendingReply) {
+      Close(fd, "the client does not read its replies");
+      return;
+    }
+  }
+}
+
+void ControlServer::Poll(int timeout_ms, const Handler& handler) {
+  std::vector<pollfd> fds;
+  fds.push_back({listen_fd_, POLLIN, 0});
+  for (auto& [fd, c] : conns_)
+    fds.push_back({fd, short(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
+  if (::poll(fds.data(), fds.size(), timeout_ms) <= 0) return;
+  for (size_t i = 1; i < fds.size(); ++i) {
+    const int fd = fds[i].fd;
+    if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
+      ReadFrom(fd, handler);
+      if (!conns_.count(fd)) continue;
+    }
+    Conn& c = conns_[fd];
+    if (!c.out.empty()) {
+      const ssize_t w = ::send(fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w > 0) {
+        c.out.erase(0, size_t(w));
+      } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
+        Close(fd, "the client went away before its reply");
+      }
+    }
+  }
+  if (fds[0].revents & POLLIN) {
+    for (;;) {
+      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) break;
+      if (conns_.size() >= kMaxConnections) {
+        ::close(fd);
+        std::fprintf(stderr, "[serve] control connection refused: %zu already open\n",
+                     conns_.size());
+        continue;
+      }
+      conns_[fd];
+    }
+  }
+}
+
+}  // namespace marlaas::serve

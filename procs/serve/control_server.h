@@ -1,0 +1,47 @@
+// ControlServer: the service's control socket, a Unix stream socket at <state-dir>/control.sock
+// with mode 0600, speaking control frames (control_frame.h). It is driven from the service's own
+// thread: Poll() accepts, reads, answers through the handler and writes what is ready, waiting
+// at most its timeout. A connection that sends a malformed, truncated or oversized frame, or
+// that stops reading its replies, is closed and logged; the others and the service carry on.
+// Not thread-safe.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "base/status.h"
+#include "procs/serve/control_frame.h"
+#include "proto/marlaas.pb.h"
+
+namespace marlaas::serve {
+
+class ControlServer {
+ public:
+  using Handler = std::function<pb::ControlReply(const pb::ControlRequest&)>;
+
+  // Binds `path`. A socket file left by a dead service is replaced; a live one is an error.
+  static Result<ControlServer> Listen(const std::string& path);
+  ControlServer(ControlServer&& other) noexcept;
+  ControlServer& operator=(ControlServer&&) = delete;
+  ~ControlServer();  // closes every connection and removes the socket file
+
+  void Poll(int timeout_ms, const Handler& handler);
+  const std::string& path() const { return path_; }
+  size_t connections() const { return conns_.size(); }
+
+ private:
+  struct Conn {
+    FrameReader reader;
+    std::string out;  // reply bytes not yet written
+  };
+  ControlServer() = default;
+  void Close(int fd, const char* why);
+  void ReadFrom(int fd, const Handler& handler);
+
+  std::string path_;
+  int listen_fd_ = -1;
+  std::map<int, Conn> conns_;
+};
+
+}  // namespace marlaas::serve

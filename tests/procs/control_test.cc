@@ -1,0 +1,212 @@
+// The control socket without the pipeline behind it: frames assembled from any split, fuzzed and
+// oversized frames closing only their own connection, many clients at once, and tokens.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "base/file_util.h"
+#include "procs/cli/control_client.h"
+#include "procs/serve/control_frame.h"
+#include "procs/serve/control_server.h"
+#include "procs/serve/tokens.h"
+
+namespace marlaas::serve {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TempDir(const char* name) {
+  const std::string d = "/tmp/marlaas-" + std::string(name) + "-" + std::to_string(::getpid());
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+TEST(ControlFrameTest, FramesAreAssembledFromAnySplit) {
+  const std::string a = "first", b(70000, 'b'), c;
+  std::string wire = *EncodeFrame(a) + *EncodeFrame(b) + *EncodeFrame(c);
+  std::mt19937 rng(7);
+  FrameReader r;
+  std::vector<std::string> got;
+  size_t at = 0;
+  while (at < wire.size()) {
+    const size_t n = std::min(wire.size() - at, size_t(1 + rng() % 9000));
+    r.Feed(wire.data() + at, n);
+    at += n;
+    for (;;) {
+      auto f = r.Next();
+      ASSERT_TRUE(f.ok());
+      if (!f->has_value()) break;
+      got.push_back(**f);
+    }
+  }
+  EXPECT_EQ(got, (std::vector<std::string>{a, b, c}));
+  EXPECT_EQ(r.pending(), 0u);
+}
+
+TEST(ControlFrameTest, OversizedFramesAreRefusedBeforeReading) {
+  EXPECT_FALSE(EncodeFrame(std::string(kMaxControlFrame + 1, 'x')).ok());
+  FrameReader r;
+  const unsigned char huge[4] = {0xff, 0xff, 0xff, 0x7f};
+  r.Feed(reinterpret_cast<const char*>(huge), 4);
+  auto f = r.Next();
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("over the maximum"), std::string::npos);
+}
+
+// A server on its own thread answering with the request id and the command's tenant.
+class ServerThread {
+ public:
+  explicit ServerThread(const std::string& dir) {
+    auto s = ControlServer::Listen(dir + "/control.sock");
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    server_.emplace(std::move(s).value());
+    thread_ = std::thread([this] {
+      while (!stop_) {
+        server_->Poll(20, [this](const pb::ControlRequest& r) {
+          ++handled_;
+          pb::ControlReply reply;
+          reply.set_request_id(r.request_id());
+          reply.set_ok(true);
+          reply.mutable_logs()->add_lines(r.stop().tenant());
+          return reply;
+        });
+      }
+    });
+  }
+  ~ServerThread() {
+    stop_ = true;
+    thread_.join();
+  }
+  int handled() const { return handled_; }
+  size_t connections() const { return server_->connections(); }
+
+ private:
+  std::optional<ControlServer> server_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> handled_{0};
+  std::thread thread_;
+};
+
+pb::ControlRequest StopRequest(uint64_t id, const std::string& tenant) {
+  pb::ControlRequest r;
+  r.set_request_id(id);
+  r.mutable_stop()->set_tenant(tenant);
+  return r;
+}
+
+int Connect(const std::string& path) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  return fd;
+}
+
+TEST(ControlServerTest, TheSocketIsPrivateAndASecondServiceIsRefused) {
+  const std::string dir = TempDir("ctl-mode");
+  ServerThread server(dir);
+  struct stat st {};
+  ASSERT_EQ(::stat((dir + "/control.sock").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  auto second = ControlServer::Listen(dir + "/control.sock");
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("already listening"), std::string::npos);
+}
+
+TEST(ControlServerTest, FuzzedFramesCloseOnlyTheirConnection) {
+  const std::string dir = TempDir("ctl-fuzz");
+  ServerThread server(dir);
+  const std::string path = dir + "/control.sock";
+  std::mt19937_64 rng(42);
+  for (int i = 0; i < 200; ++i) {
+    const int fd = Connect(path);
+    std::string junk;
+    switch (i % 4) {
+      case 0:  // random bytes
+        junk.resize(1 + rng() % 3000);
+        for (char& c : junk) c = char(rng());
+        break;
+      case 1:  // a huge declared length
+        junk = std::string("\xff\xff\xff\xff", 4) + "xyz";
+        break;
+      case 2:  // a frame cut short, then hang up
+        junk = EncodeFrame(StopRequest(1, "t").SerializeAsString())->substr(0, 5);
+        break;
+      case 3:  // a whole frame that is not a ControlRequest
+        junk = *EncodeFrame(std::string("\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 11));
+        break;
+    }
+    (void)!::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
+    ::close(fd);
+  }
+  // A well-behaved client is still answered, and the bad connections are gone.
+  auto reply = cli::CallService(dir, StopRequest(99, "still-here"), 10000);
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_EQ(reply->request_id(), 99u);
+  EXPECT_EQ(reply->logs().lines(0), "still-here");
+  for (int i = 0; i < 100 && server.connections() > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(server.connections(), 0u);
+}
+
+TEST(ControlServerTest, ManyClientsAtOnceEachGetTheirOwnReplies) {
+  const std::string dir = TempDir("ctl-many");
+  ServerThread server(dir);
+  constexpr int kClients = 16, kEach = 25;
+  std::atomic<int> right{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      for (int i = 0; i < kEach; ++i) {
+        const uint64_t id = uint64_t(c) * 1000 + uint64_t(i);
+        const std::string tenant = "t" + std::to_string(id);
+        auto reply = cli::CallService(dir, StopRequest(id, tenant), 10000);
+        if (reply.ok() && reply->request_id() == id && reply->logs().lines(0) == tenant) ++right;
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(right.load(), kClients * kEach);
+  EXPECT_EQ(server.handled(), kClients * kEach);
+}
+
+TEST(TokensTest, AdminAndTenantTokensAreSeparateAndPersist) {
+  const std::string dir = TempDir("tokens");
+  fs::create_directories(dir + "/tenants/alice");
+  fs::create_directories(dir + "/tenants/bob");
+  auto tokens = Tokens::Open(dir);
+  ASSERT_TRUE(tokens.ok()) << tokens.status().ToString();
+  struct stat st {};
+  ASSERT_EQ(::stat((dir + "/admin.token").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  const std::string alice = *tokens->Issue("alice"), bob = *tokens->Issue("bob");
+  ASSERT_EQ(::stat((dir + "/tenants/alice/token").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(alice.size(), 32u);
+  EXPECT_NE(alice, bob);
+  EXPECT_TRUE(tokens->Allows(alice, "alice"));
+  EXPECT_FALSE(tokens->Allows(alice, "bob"));
+  EXPECT_FALSE(tokens->Allows("", "alice"));
+  EXPECT_FALSE(tokens->Allows(alice.substr(0, 31) + "x", "alice"));
+  EXPECT_TRUE(tokens->Allows(tokens->admin(), "bob"));
+  EXPECT_FALSE(tokens->IsAdmin(alice));
+  // A restarted service reads the same tokens.
+  auto again = Tokens::Open(dir);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->admin(), tokens->admin());
+  EXPECT_TRUE(again->Allows(bob, "bob"));
+  EXPECT_EQ(cli::ResolveToken(dir, ""), tokens->admin());
+  EXPECT_EQ(cli::ResolveToken(dir, "explicit"), "explicit");
+}
+
+}  // namespace
+}  // namespace marlaas::serve
