@@ -39,6 +39,7 @@ int RunServe(const std::vector<std::string>& argv) {
   if (int rc = RejectRest("serve", args)) return rc;
   // With jobs: until they are done; without: until SIGINT/SIGTERM, taking tenants by `submit`.
   o.control_socket = true;
+  o.resume = true;  // a restart on the same state dir picks up every unfinished tenant
   o.until_stopped = o.jobs.empty();
   o.service.stage.threads = std::max(1, std::atoi(threads.c_str()));
   o.service.stage.verifier_workers = std::max(1, std::atoi(workers.c_str()));

@@ -1,5 +1,6 @@
 #include "procs/cli/run_jobs.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <optional>
@@ -15,7 +16,12 @@ namespace marlaas::cli {
 Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
   MARLAAS_ASSIGN_OR_RETURN(std::unique_ptr<serve::Service> service,
                            serve::Service::Start(o.service));
+  std::vector<std::string> resumed;
+  if (o.resume) {
+    MARLAAS_ASSIGN_OR_RETURN(resumed, service->ResumeTenants());
+  }
   for (const pb::JobSpec& job : o.jobs) {
+    if (std::find(resumed.begin(), resumed.end(), job.tenant()) != resumed.end()) continue;
     Status st = service->Admit(job);
     if (!st.ok()) return st.Annotate("admitting tenant '" + job.tenant() + "'");
   }

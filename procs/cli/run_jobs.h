@@ -21,6 +21,8 @@ struct RunJobsOptions {
   // Keep serving after every tenant is done, until SIGINT/SIGTERM (a service started with no
   // jobs, which takes its tenants over the control socket).
   bool until_stopped = false;
+  // First admit again the unfinished tenants of the state dir (Service::ResumeTenants).
+  bool resume = false;
 };
 
 struct RunJobsReport {

@@ -57,6 +57,13 @@ Status ControlHandler::Authorise(const std::string& token, const std::string& te
 }
 
 Status ControlHandler::Submit(const pb::SubmitRequest& r, pb::SubmitReply* out) {
+  // An id is used once per state dir: its checkpoints, logs and token stay with it.
+  const std::string dir =
+      pipeline::TenantDir(service_->options().stage.state_dir, r.job().tenant());
+  if (!r.job().tenant().empty() && fs::exists(dir + "/job.json")) {
+    return Status(StatusCode::kAlreadyExists,
+                  "tenant '" + r.job().tenant() + "' already exists in this state dir");
+  }
   MARLAAS_RETURN_IF_ERROR(service_->Admit(r.job()));
   auto token = tokens_->Issue(r.job().tenant());
   if (!token.ok()) {  // a tenant nobody but the admin could reach: take it back

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -52,6 +53,18 @@ Result<std::unique_ptr<Service>> Service::Start(const ServiceOptions& options) {
   fs::create_directories(options.stage.state_dir + "/logs", ec);
   if (ec)
     return Status(StatusCode::kIo, "creating " + options.stage.state_dir + ": " + ec.message());
+  // One service per state dir. Not close-on-exec: the stages hold it as long as they live.
+  const std::string lock_path = options.stage.state_dir + "/service.lock";
+  s->lock_fd_ = open(lock_path.c_str(), O_RDWR | O_CREAT, 0600);
+  if (s->lock_fd_ < 0) return ErrnoStatus("open " + lock_path, errno);
+  for (int i = 0; flock(s->lock_fd_, LOCK_EX | LOCK_NB) != 0; ++i) {
+    if (i == 200) {  // 20 s: a dead service's stages exit within a second or two of it
+      return Status(StatusCode::kAlreadyExists,
+                    "another service, or stage processes of a dead one, still use " +
+                        options.stage.state_dir + " (" + lock_path + " is locked)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   // Segments left by a dead earlier run of this instance, and what killed sandbox runs left.
   (void)RemoveStaleSegments(instance);
   sandbox::RemoveStaleRunCgroups();
@@ -143,6 +156,15 @@ Status Service::Admit(const pb::JobSpec& given) {
   return table_->Put(row, r);
 }
 
+void Service::PersistFinalState(const std::string& tenant, TenantState state, const char* reason) {
+  const std::string path = pipeline::TenantDir(options_.stage.state_dir, tenant) + "/state";
+  std::string text = TenantStateName(state);
+  if (reason != nullptr && reason[0]) text += std::string(": ") + reason;
+  Status st = WriteFileAtomically(path, text + "\n");
+  if (!st.ok())
+    std::fprintf(stderr, "[serve] tenant %s: %s\n", tenant.c_str(), st.ToString().c_str());
+}
+
 Status Service::StopTenant(const std::string& tenant) {
   MARLAAS_ASSIGN_OR_RETURN(int row, table_->Find(tenant));
   MARLAAS_ASSIGN_OR_RETURN(TenantRecord rec, table_->Get(row));
@@ -152,6 +174,7 @@ Status Service::StopTenant(const std::string& tenant) {
   }
   rec.state = TenantState::kStopped;
   std::snprintf(rec.reason, sizeof(rec.reason), "stopped by its owner");
+  PersistFinalState(tenant, rec.state, rec.reason);
   return table_->Put(row, rec);
 }
 
@@ -189,6 +212,7 @@ void Service::Tick() {
   // Tenants the trainer has finished, and tenants whose verifier keeps failing or whom the
   // trainer could not start (e.g. unreadable checkpoints).
   auto settle = [&](int row, const TenantRecord& rec, TenantState state, const char* reason) {
+    PersistFinalState(rec.id, state, reason);
     TenantRecord r = rec;
     r.state = state;
     if (reason != nullptr) {
@@ -278,6 +302,29 @@ void Service::Stop(int grace_ms) {
     }
   }
   for (const std::string& name : segments_) (void)Segment::Remove({options_.stage.instance, name});
+  if (lock_fd_ >= 0) close(lock_fd_);
+  lock_fd_ = -1;
+}
+
+Result<std::vector<std::string>> Service::ResumeTenants() {
+  std::vector<std::string> resumed;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(options_.stage.state_dir + "/tenants", ec)) {
+    const std::string dir = entry.path().string(), id = entry.path().filename().string();
+    if (!fs::exists(dir + "/job.json") || fs::exists(dir + "/state")) continue;
+    if (table_->Find(id).ok()) continue;
+    auto job = LoadJobSpecFile(dir + "/job.json");
+    if (!job.ok()) {
+      std::fprintf(stderr, "[serve] tenant %s not resumed: %s\n", id.c_str(),
+                   job.status().ToString().c_str());
+      continue;
+    }
+    MARLAAS_RETURN_IF_ERROR(Admit(*job).Annotate("resuming tenant '" + id + "'"));
+    std::fprintf(stderr, "[serve] resumed tenant %s from its checkpoints\n", id.c_str());
+    resumed.push_back(id);
+  }
+  if (ec) return Status(StatusCode::kIo, "listing tenants: " + ec.message());
+  return resumed;
 }
 
 }  // namespace marlaas::serve

@@ -4,6 +4,9 @@
 // restarted with a growing delay, capped at 1 s), admits tenants from job specs, marks them
 // finished when the trainer reports max_steps (or failed when their verifier keeps failing), and
 // removes the segments when it stops.
+// One service per state dir: Start() takes <state>/service.lock, which the stage processes
+// inherit, so a restarted service waits until the dead one's stages are gone too. A tenant's
+// final state (finished, stopped, failed and why) is kept in <state>/tenants/<id>/state.
 // A Service object is driven by one thread: call Tick() often (every ~50 ms).
 #pragma once
 
@@ -56,6 +59,11 @@ class Service {
   // Stops a running tenant for its owner: the rollout produces nothing more for it and the
   // trainer starts nothing new; its checkpoints stay. kNotFound / kFailedPrecondition otherwise.
   Status StopTenant(const std::string& tenant);
+  // After a restart on the same state dir (a kill -9 of serve, or of the whole machine's
+  // processes): admits again every tenant that has a job.json but no final state, so each
+  // resumes from its latest checkpoint (the trainer restores adapter, optimizer and data cursor).
+  // Returns the ids resumed.
+  Result<std::vector<std::string>> ResumeTenants();
   // Supervision: restarts dead stages and updates tenant states.
   void Tick();
   // True when every admitted tenant is finished, stopped or failed.
@@ -77,6 +85,8 @@ class Service {
   };
   explicit Service(const ServiceOptions& o) : options_(o) {}
   Status Spawn(Stage* stage);
+  // Writes <tenant>/state ("finished", "stopped: why", "failed: why"), so a restart skips it.
+  void PersistFinalState(const std::string& tenant, TenantState state, const char* reason);
 
   ServiceOptions options_;
   std::optional<TenantTable> table_;
@@ -84,7 +94,8 @@ class Service {
   std::vector<std::string> segments_;    // names to remove at Stop
   std::vector<Stage> stages_;
   bool stopped_ = false;
-  struct Held;  // segments the service holds open (rings, adapter store)
+  int lock_fd_ = -1;  // <state>/service.lock, held (and inherited by the stages) while we run
+  struct Held;        // segments the service holds open (rings, adapter store)
   std::shared_ptr<Held> held_;
 };
 

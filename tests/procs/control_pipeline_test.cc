@@ -1,9 +1,16 @@
 // The service face over the control socket with the real pipeline behind it: tenants submitted,
 // watched, stopped and exported while others train, each command checked against tokens.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "base/file_util.h"
@@ -153,6 +160,97 @@ TEST_F(PipelineTest, SubmitStatusStopAndExportOverTheControlSocketWhileOthersTra
   ASSERT_TRUE(exported.ok()) << exported.status().ToString();
   ASSERT_TRUE(original.ok()) << original.status().ToString();
   EXPECT_TRUE(torch::equal(exported->flat(), original->flat()));
+}
+
+// `marlaas serve` on the test's state dir as a process of its own; returns its pid.
+pid_t StartServeProcess(const std::string& state_dir) {
+  const std::string bin = std::string(MARLAAS_BIN_DIR) + "/marlaas",
+                    log = state_dir + "/serve-" + std::to_string(::time(nullptr)) + ".log",
+                    model = TestBaseModel();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::execl(bin.c_str(), bin.c_str(), "serve", "--state-dir", state_dir.c_str(), "--model-dir",
+            model.c_str(), "--quiet", nullptr);
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// Polls `status` of `tenant` until `ok(status)` or the timeout; the last status seen.
+pb::TenantStatus WaitForStatus(const std::string& dir, const std::string& token,
+                               const std::string& tenant,
+                               const std::function<bool(const pb::TenantStatus&)>& ok,
+                               double timeout_s) {
+  pb::TenantStatus last;
+  for (int i = 0; i < int(timeout_s * 5); ++i) {
+    const pb::ControlReply r = Call(dir, token, StatusOf(tenant));
+    if (r.ok() && r.status().tenants_size() == 1) {
+      last = r.status().tenants(0);
+      if (ok(last)) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return last;
+}
+
+size_t Lines(const std::string& path) {
+  std::ifstream f(path);
+  size_t n = 0;
+  for (std::string l; std::getline(f, l);) ++n;
+  return n;
+}
+
+// kill -9 of serve mid-run: its stages follow it, and a new serve on the same state dir resumes
+// every unfinished tenant from its last checkpoint, with its token, to the end.
+TEST_F(PipelineTest, KillNineOfServeThenRestartResumesEveryTenant) {
+  pid_t serve = StartServeProcess(state_dir_);
+  const std::vector<std::string> ids = {"uno", "dos"};
+  std::map<std::string, std::string> token;
+  for (const std::string& id : ids) {
+    pb::JobSpec j = SmallJob(id, "countdown", 30, id.size() + 40);
+    j.set_checkpoint_every(3);
+    pb::ControlReply r;
+    for (int i = 0; i < 100; ++i) {  // the socket appears once serve is up
+      r = Call(state_dir_, "", Submit(j));
+      if (r.ok() || r.error().find("transport") == std::string::npos) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ASSERT_TRUE(r.ok()) << r.error();
+    token[id] = r.submit().token();
+  }
+  std::map<std::string, size_t> lines_at_kill;
+  for (const std::string& id : ids) {
+    const pb::TenantStatus s = WaitForStatus(
+        state_dir_, token[id], id, [](const pb::TenantStatus& t) { return t.step() >= 7; }, 120);
+    ASSERT_GE(s.step(), 7u) << id << " did not train";
+  }
+  ASSERT_EQ(::kill(serve, SIGKILL), 0);
+  ASSERT_EQ(::waitpid(serve, nullptr, 0), serve);
+  for (const std::string& id : ids) lines_at_kill[id] = Lines(TenantDir(id) + "/steps.jsonl");
+
+  serve = StartServeProcess(state_dir_);  // waits for the old stages to let go of the state dir
+  for (const std::string& id : ids) {
+    const pb::TenantStatus s = WaitForStatus(
+        state_dir_, token[id], id,
+        [](const pb::TenantStatus& t) { return t.state() == "finished"; }, 180);
+    EXPECT_EQ(s.state(), "finished") << id << " was not resumed to the end (token kept?)";
+    EXPECT_EQ(s.step(), 30u) << id;
+  }
+  ::kill(serve, SIGTERM);
+  ::waitpid(serve, nullptr, 0);
+  for (const std::string& id : ids) {
+    // The first step after the restart continues from a checkpoint, not from step 1.
+    std::ifstream f(TenantDir(id) + "/steps.jsonl");
+    std::string line;
+    for (size_t i = 0; i <= lines_at_kill[id] && std::getline(f, line);) ++i;
+    ASSERT_FALSE(line.empty()) << id << " logged no step after the restart";
+    const int first_after = nlohmann::json::parse(line)["step"].get<int>();
+    EXPECT_GT(first_after, 3) << id << " started over";
+    EXPECT_TRUE(fs::exists(TenantDir(id) + "/state")) << id;
+  }
 }
 
 }  // namespace
