@@ -34,12 +34,16 @@ int RunServe(const std::vector<std::string>& argv) {
   TakeFlag(&args, "--threads", &threads);
   TakeFlag(&args, "--verifier-workers", &workers);
   TakeFlag(&args, "--timeout-s", &timeout);
+  std::string metrics_port;
+  TakeFlag(&args, "--metrics-port", &metrics_port);
   o.service.stage.allow_weak_sandbox = TakeSwitch(&args, "--allow-weak-sandbox");
   o.quiet = TakeSwitch(&args, "--quiet");
   if (int rc = RejectRest("serve", args)) return rc;
   // With jobs: until they are done; without: until SIGINT/SIGTERM, taking tenants by `submit`.
   o.control_socket = true;
   o.resume = true;  // a restart on the same state dir picks up every unfinished tenant
+  o.metrics_jsonl = true;
+  if (!metrics_port.empty()) o.metrics_port = std::atoi(metrics_port.c_str());
   o.until_stopped = o.jobs.empty();
   o.service.stage.threads = std::max(1, std::atoi(threads.c_str()));
   o.service.stage.verifier_workers = std::max(1, std::atoi(workers.c_str()));

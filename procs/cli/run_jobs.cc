@@ -9,6 +9,7 @@
 #include "procs/common/pipeline.h"
 #include "procs/serve/control_handler.h"
 #include "procs/serve/control_server.h"
+#include "procs/serve/metrics_export.h"
 #include "procs/serve/tokens.h"
 
 namespace marlaas::cli {
@@ -42,6 +43,12 @@ Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
                   dir.c_str());
     }
   }
+  std::optional<serve::MetricsHttp> metrics_http;
+  if (o.metrics_port >= 0) {
+    MARLAAS_ASSIGN_OR_RETURN(serve::MetricsHttp h, serve::MetricsHttp::Listen(o.metrics_port));
+    metrics_http.emplace(std::move(h));
+    std::printf("metrics: http://127.0.0.1:%d/metrics\n", metrics_http->port());
+  }
   serve::Monitor monitor;
   RunJobsReport report;
   double next_print = o.print_every_s;
@@ -60,9 +67,14 @@ Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
+    if (metrics_http) metrics_http->Serve([&] { return serve::PrometheusText(*service, monitor); });
     if (monitor.wall_s() >= next_print) {
       monitor.Sample(*service);
       next_print += o.print_every_s;
+      if (o.metrics_jsonl) {
+        pipeline::AppendLine(o.service.stage.state_dir + "/metrics.jsonl",
+                             serve::MetricsJsonLine(*service, monitor));
+      }
       if (!o.quiet) std::printf("\n%s", monitor.Table(*service).c_str());
       std::fflush(stdout);
     }

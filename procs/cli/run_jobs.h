@@ -23,6 +23,10 @@ struct RunJobsOptions {
   bool until_stopped = false;
   // First admit again the unfinished tenants of the state dir (Service::ResumeTenants).
   bool resume = false;
+  // Every print interval, append a line to <state-dir>/metrics.jsonl (metrics_export.h).
+  bool metrics_jsonl = false;
+  // Serve Prometheus text on 127.0.0.1:port (0: any free port; -1: off).
+  int metrics_port = -1;
 };
 
 struct RunJobsReport {

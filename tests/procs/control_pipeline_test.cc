@@ -1,7 +1,9 @@
 // The service face over the control socket with the real pipeline behind it: tenants submitted,
 // watched, stopped and exported while others train, each command checked against tokens.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +21,7 @@
 #include "procs/cli/control_client.h"
 #include "procs/serve/control_handler.h"
 #include "procs/serve/control_server.h"
+#include "procs/serve/metrics_export.h"
 #include "procs/serve/tokens.h"
 #include "proto/job_spec.h"
 #include "tests/procs/pipeline_fixture.h"
@@ -65,6 +68,24 @@ pb::ControlRequest Logs(const std::string& tenant) {
   return r;
 }
 
+// GET /metrics from 127.0.0.1:port; the whole response.
+std::string Scrape(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+    const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+    (void)!::send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL);
+    char buf[4096];
+    for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;) out.append(buf, size_t(n));
+  }
+  ::close(fd);
+  return out;
+}
+
 TEST_F(PipelineTest, SubmitStatusStopAndExportOverTheControlSocketWhileOthersTrain) {
   StartService();
   auto tokens = serve::Tokens::Open(state_dir_);
@@ -72,6 +93,10 @@ TEST_F(PipelineTest, SubmitStatusStopAndExportOverTheControlSocketWhileOthersTra
   auto server = serve::ControlServer::Listen(state_dir_ + "/control.sock");
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   serve::ControlHandler handler(service_.get(), &*tokens);
+  auto http = serve::MetricsHttp::Listen(0);
+  ASSERT_TRUE(http.ok()) << http.status().ToString();
+  serve::Monitor monitor;
+  std::string scraped;
 
   const std::string dir = state_dir_, export_dir = state_dir_ + "/exported";
   std::atomic<bool> done{false};
@@ -124,19 +149,32 @@ TEST_F(PipelineTest, SubmitStatusStopAndExportOverTheControlSocketWhileOthersTra
       if (s.ok() && s.status().tenants(0).state() == "finished") break;
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
+    scraped = Scrape(http->port());
     const pb::ControlReply logs = Call(dir, ta, Logs("alpha"));
     expect(logs.ok() && logs.logs().lines_size() > 0, "alpha's logs are empty: " + logs.error());
     const pb::ControlReply ex = Call(dir, ta, Export("alpha", export_dir));
     expect(ex.ok(), "export alpha: " + ex.error());
     done = true;
   });
-  const bool finished = RunUntil(
-      [&] { return done.load(); }, 240,
-      [&] { server->Poll(0, [&](const pb::ControlRequest& r) { return handler.Handle(r); }); });
+  const bool finished =
+      RunUntil([&] { return done.load(); }, 240,
+               [&] {
+                 server->Poll(0, [&](const pb::ControlRequest& r) { return handler.Handle(r); });
+                 monitor.Sample(*service_);
+                 http->Serve([&] { return serve::PrometheusText(*service_, monitor); });
+               });
   if (!finished) done = true;
   client.join();
   ASSERT_TRUE(finished) << "the client scenario did not finish";
   for (const std::string& f : failures) ADD_FAILURE() << f;
+  // The Prometheus scrape names both tenants and the engines.
+  EXPECT_NE(scraped.find("HTTP/1.0 200 OK"), std::string::npos) << scraped;
+  EXPECT_NE(scraped.find("marlaas_tenant_step{tenant=\"alpha\",task=\"countdown\""),
+            std::string::npos)
+      << scraped;
+  EXPECT_NE(scraped.find("marlaas_tenant_reward_mean{tenant=\"beta\""), std::string::npos);
+  EXPECT_NE(scraped.find("marlaas_engine_utilization{engine=\"trainer\"}"), std::string::npos);
+  EXPECT_NE(scraped.find("marlaas_queue_depth_groups{ring=\"traj\"}"), std::string::npos);
 
   // Alpha finished all its steps although beta was stopped mid-run.
   bool alpha_finished = false;
@@ -251,6 +289,14 @@ TEST_F(PipelineTest, KillNineOfServeThenRestartResumesEveryTenant) {
     EXPECT_GT(first_after, 3) << id << " started over";
     EXPECT_TRUE(fs::exists(TenantDir(id) + "/state")) << id;
   }
+  // serve kept its metrics log: the last line names both tenants.
+  std::ifstream metrics(state_dir_ + "/metrics.jsonl");
+  std::string last;
+  for (std::string l; std::getline(metrics, l);) last = l;
+  ASSERT_FALSE(last.empty()) << "no metrics.jsonl";
+  const auto m = nlohmann::json::parse(last);
+  EXPECT_EQ(m["tenants"].size(), 2u) << last;
+  EXPECT_TRUE(m.contains("utilization")) << last;
 }
 
 }  // namespace
