@@ -22,6 +22,8 @@ const std::vector<Command>& Commands() {
        "write a tenant's latest adapter in PEFT layout", RunExport},
       {"logs", "TENANT [--lines N] [--state-dir DIR] [--token T]", "a tenant's trainer log",
        RunLogs},
+      {"report", "[--state-dir DIR] [--out DIR]",
+       "reward curves, utilisation timeline and a table from a service's state dir", RunReport},
       {"validate", "JOB.json", "check a job spec and print it with every default filled in",
        RunValidate},
       {"segments", "[--instance NAME]", "list MARLaaS shared-memory segments and their owners",

@@ -18,6 +18,7 @@
 #include "base/file_util.h"
 #include "model/base_weights.h"
 #include "model/lora_adapter.h"
+#include "procs/cli/cli.h"
 #include "procs/cli/control_client.h"
 #include "procs/serve/control_handler.h"
 #include "procs/serve/control_server.h"
@@ -297,6 +298,16 @@ TEST_F(PipelineTest, KillNineOfServeThenRestartResumesEveryTenant) {
   const auto m = nlohmann::json::parse(last);
   EXPECT_EQ(m["tenants"].size(), 2u) << last;
   EXPECT_TRUE(m.contains("utilization")) << last;
+  // `marlaas report` renders the state dir: both tenants finished, curves and timeline drawn.
+  const std::string report = state_dir_ + "/report";
+  ASSERT_EQ(cli::RunReport({"--state-dir", state_dir_, "--out", report}), 0);
+  const std::string table = ReadAll(report + "/table.txt");
+  for (const std::string& id : ids) {
+    EXPECT_NE(table.find(id), std::string::npos) << table;
+    EXPECT_NE(ReadAll(report + "/rewards.svg").find(id), std::string::npos);
+  }
+  EXPECT_NE(table.find("finished"), std::string::npos) << table;
+  EXPECT_NE(ReadAll(report + "/utilization.svg").find("polyline"), std::string::npos);
 }
 
 }  // namespace
