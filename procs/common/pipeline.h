@@ -46,8 +46,9 @@ struct StageArgs {
   int threads = 1;
   int verifier_workers = 2;
   // Sandboxes the verifier keeps prepared ahead (sandbox/sandbox_pool.h). Measured with
-  // bench_sandbox: one takes ~1 ms off a python-tests run's p50 and halves its p99, for ~14% fewer
-  // runs/s when every core is busy verifying; tool calls, which a rollout waits for, gain most.
+  // bench_sandbox: one takes ~1 ms off a python-tests run's p50 and halves its p99, for up to ~14%
+  // fewer runs/s when every core is busy verifying; tool calls, which a rollout waits for, gain
+  // most.
   int prepared_sandboxes = 1;
   bool allow_weak_sandbox = false;
 };
