@@ -34,8 +34,10 @@ int RunServe(const std::vector<std::string>& argv) {
   TakeFlag(&args, "--threads", &threads);
   TakeFlag(&args, "--verifier-workers", &workers);
   TakeFlag(&args, "--timeout-s", &timeout);
-  std::string metrics_port;
+  std::string metrics_port, budget_mb, max_tenants;
   TakeFlag(&args, "--metrics-port", &metrics_port);
+  TakeFlag(&args, "--memory-budget-mb", &budget_mb);
+  TakeFlag(&args, "--max-tenants", &max_tenants);
   o.service.stage.allow_weak_sandbox = TakeSwitch(&args, "--allow-weak-sandbox");
   o.quiet = TakeSwitch(&args, "--quiet");
   if (int rc = RejectRest("serve", args)) return rc;
@@ -43,6 +45,9 @@ int RunServe(const std::vector<std::string>& argv) {
   o.control_socket = true;
   o.resume = true;  // a restart on the same state dir picks up every unfinished tenant
   o.metrics_jsonl = true;
+  if (!budget_mb.empty())
+    o.service.memory_budget_bytes = uint64_t(std::atoll(budget_mb.c_str())) << 20;
+  if (!max_tenants.empty()) o.service.max_tenants = std::max(1, std::atoi(max_tenants.c_str()));
   if (!metrics_port.empty()) o.metrics_port = std::atoi(metrics_port.c_str());
   o.until_stopped = o.jobs.empty();
   o.service.stage.threads = std::max(1, std::atoi(threads.c_str()));

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "base/file_util.h"
+#include "procs/serve/admission.h"
 #include "proto/job_spec.h"
 #include "sandbox/run_cgroup.h"
 #include "sandbox/sandbox.h"
@@ -136,6 +137,26 @@ Status Service::Admit(const pb::JobSpec& given) {
   if (row >= options_.max_tenants)
     return Status(StatusCode::kResourceExhausted,
                   "the service holds at most " + std::to_string(options_.max_tenants) + " tenants");
+  MARLAAS_ASSIGN_OR_RETURN(const uint64_t need,
+                           EstimateTenantBytes(spec, options_.stage.model_dir));
+  if (options_.memory_budget_bytes > 0) {
+    uint64_t committed = 0;
+    int live = 0;
+    for (auto& [r, rec] : table_->Snapshot()) {
+      if (rec.state != TenantState::kRunning && rec.state != TenantState::kAdmitted) continue;
+      auto it = estimates_.find(rec.id);
+      committed += it == estimates_.end() ? 0 : it->second;
+      ++live;
+    }
+    if (committed + need > options_.memory_budget_bytes) {
+      auto mib = [](uint64_t b) { return std::to_string((b + (1 << 20) - 1) >> 20); };
+      return Status(StatusCode::kResourceExhausted,
+                    "tenant '" + spec.tenant() + "' needs about " + mib(need) +
+                        " MiB; the service's memory budget is " +
+                        mib(options_.memory_budget_bytes) + " MiB and " + mib(committed) +
+                        " MiB is committed to " + std::to_string(live) + " tenant(s)");
+    }
+  }
   const std::string dir = pipeline::TenantDir(options_.stage.state_dir, spec.tenant());
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -153,7 +174,9 @@ Status Service::Admit(const pb::JobSpec& given) {
   r.max_steps = spec.max_steps();
   r.admitted_unix_ms = NowMs();
   r.generation = old.generation + 1;
-  return table_->Put(row, r);
+  MARLAAS_RETURN_IF_ERROR(table_->Put(row, r));
+  estimates_[spec.tenant()] = need;
+  return Status::Ok();
 }
 
 void Service::PersistFinalState(const std::string& tenant, TenantState state, const char* reason) {

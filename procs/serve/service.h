@@ -12,6 +12,7 @@
 
 #include <sys/types.h>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,6 +29,9 @@ struct ServiceOptions {
   pipeline::StageArgs stage;  // instance, state dir, model dir, threads, workers, weak sandbox
   std::string bin_dir;        // where marlaas-rollout etc. live (default: next to this program)
   int max_tenants = 64;       // adapter store slots
+  // Admission: the summed EstimateTenantBytes (admission.h) of the tenants not yet finished,
+  // stopped or failed may not exceed this (0: no budget).
+  uint64_t memory_budget_bytes = 0;
 };
 
 // One row of `Status()`: the table row plus the three stages' counters for the tenant.
@@ -94,8 +98,11 @@ class Service {
   std::vector<std::string> segments_;    // names to remove at Stop
   std::vector<Stage> stages_;
   bool stopped_ = false;
-  int lock_fd_ = -1;  // <state>/service.lock, held (and inherited by the stages) while we run
-  struct Held;        // segments the service holds open (rings, adapter store)
+  int lock_fd_ = -1;
+  std::map<std::string, uint64_t>
+      estimates_;  // admission estimate per admitted tenant  // <state>/service.lock, held (and
+                   // inherited by the stages) while we run
+  struct Held;     // segments the service holds open (rings, adapter store)
   std::shared_ptr<Held> held_;
 };
 

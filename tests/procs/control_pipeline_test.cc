@@ -20,6 +20,7 @@
 #include "model/lora_adapter.h"
 #include "procs/cli/cli.h"
 #include "procs/cli/control_client.h"
+#include "procs/serve/admission.h"
 #include "procs/serve/control_handler.h"
 #include "procs/serve/control_server.h"
 #include "procs/serve/metrics_export.h"
@@ -199,6 +200,35 @@ TEST_F(PipelineTest, SubmitStatusStopAndExportOverTheControlSocketWhileOthersTra
   ASSERT_TRUE(exported.ok()) << exported.status().ToString();
   ASSERT_TRUE(original.ok()) << original.status().ToString();
   EXPECT_TRUE(torch::equal(exported->flat(), original->flat()));
+}
+
+// The admission estimate grows with the adapter exactly as the documented formula says, and the
+// service refuses a tenant over its budget with the figures, until one is stopped.
+TEST_F(PipelineTest, AdmissionRefusesTenantsOverTheMemoryBudget) {
+  const pb::JobSpec a = SmallJob("one", "countdown", 5, 1);
+  pb::JobSpec wide = a;
+  wide.mutable_lora()->set_rank(a.lora().rank() * 2);
+  const auto small = serve::EstimateTenantBytes(a, TestBaseModel());
+  const auto large = serve::EstimateTenantBytes(wide, TestBaseModel());
+  ASSERT_TRUE(small.ok() && large.ok()) << small.status().ToString();
+  // Tiny base: 4 layers; per layer and unit of rank q 256, k 192, v 192, o 256, gate, up and
+  // down 480 each (hidden 128, 2 KV heads of 32, intermediate 352): 2336 parameters.
+  EXPECT_EQ(*large - *small, 28ull * 4 * 2336 * uint64_t(a.lora().rank()));
+
+  memory_budget_bytes_ = *small * 5 / 2;  // room for two
+  StartService();
+  ASSERT_TRUE(service_->Admit(a).ok());
+  pb::JobSpec b = a, c = a;
+  b.set_tenant("two");
+  c.set_tenant("three");
+  ASSERT_TRUE(service_->Admit(b).ok());
+  const Status refused = service_->Admit(c);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("memory budget"), std::string::npos) << refused.ToString();
+  EXPECT_NE(refused.message().find("2 tenant(s)"), std::string::npos) << refused.ToString();
+  EXPECT_FALSE(fs::exists(TenantDir("three") + "/job.json")) << "a refused tenant left state";
+  ASSERT_TRUE(service_->StopTenant("two").ok());
+  EXPECT_TRUE(service_->Admit(c).ok());
 }
 
 // `marlaas serve` on the test's state dir as a process of its own; returns its pid.

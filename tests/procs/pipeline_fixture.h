@@ -41,6 +41,7 @@ class PipelineTest : public ::testing::Test {
   std::string TenantDir(const std::string& tenant) const;
   std::string ReadAll(const std::string& path) const;
 
+  uint64_t memory_budget_bytes_ = 0;  // StartService's admission budget (0: none)
   std::string instance_;
   std::string state_dir_;
   std::unique_ptr<serve::Service> service_;

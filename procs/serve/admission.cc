@@ -1,0 +1,49 @@
+#include "procs/serve/admission.h"
+
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "base/file_util.h"
+
+namespace marlaas::serve {
+
+Result<uint64_t> EstimateTenantBytes(const pb::JobSpec& spec, const std::string& model_dir) {
+  MARLAAS_ASSIGN_OR_RETURN(std::string text, ReadFile(model_dir + "/config.json"));
+  const auto c = nlohmann::json::parse(text, nullptr, false);
+  if (!c.is_object()) return Status(StatusCode::kCorrupt, model_dir + "/config.json is not JSON");
+  auto field = [&](const char* name, uint64_t fallback) -> Result<uint64_t> {
+    if (c.contains(name) && c[name].is_number_unsigned()) return c[name].get<uint64_t>();
+    if (fallback > 0) return fallback;
+    return Status(StatusCode::kInvalidArgument,
+                  model_dir + "/config.json has no positive integer '" + name + "'");
+  };
+  MARLAAS_ASSIGN_OR_RETURN(const uint64_t hidden, field("hidden_size", 0));
+  MARLAAS_ASSIGN_OR_RETURN(const uint64_t inter, field("intermediate_size", 0));
+  MARLAAS_ASSIGN_OR_RETURN(const uint64_t layers, field("num_hidden_layers", 0));
+  MARLAAS_ASSIGN_OR_RETURN(const uint64_t heads, field("num_attention_heads", 0));
+  MARLAAS_ASSIGN_OR_RETURN(const uint64_t kv_heads, field("num_key_value_heads", heads));
+  MARLAAS_ASSIGN_OR_RETURN(const uint64_t head_dim, field("head_dim", hidden / heads));
+  const uint64_t q = heads * head_dim, kv = kv_heads * head_dim, r = spec.lora().rank();
+  uint64_t per_layer = 0;
+  std::vector<std::string> targets(spec.lora().targets().begin(), spec.lora().targets().end());
+  if (targets.empty())  // the job spec's default: every projection
+    targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  for (const std::string& t : targets) {
+    uint64_t in = hidden, out = hidden;
+    if (t == "q_proj") out = q;
+    if (t == "k_proj" || t == "v_proj") out = kv;
+    if (t == "o_proj") in = q;
+    if (t == "gate_proj" || t == "up_proj") out = inter;
+    if (t == "down_proj") in = inter;
+    per_layer += r * (in + out);
+  }
+  const uint64_t params = layers * per_layer;
+  const uint64_t positions = kPromptAllowance + spec.sampling().max_new_tokens();
+  const uint64_t step_sequences = uint64_t(spec.prompts_per_step()) * spec.group_size();
+  const uint64_t rollout_rows = (uint64_t(spec.max_staleness()) + 1) * step_sequences;
+  const uint64_t kv_cache = rollout_rows * positions * layers * 2 * kv * 4;
+  const uint64_t activations = step_sequences * positions * layers * (12 * hidden + 3 * inter) * 4;
+  return 28 * params + kv_cache + activations;
+}
+
+}  // namespace marlaas::serve
