@@ -53,6 +53,15 @@ Status WriteFileAtomically(const std::string& path, const std::string& contents)
   return Status::Ok();
 }
 
+Status SyncPath(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("open " + path, errno);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  return rc == 0 ? Status::Ok() : ErrnoStatus("fsync " + path, err);
+}
+
 Result<std::string> ReadFile(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {

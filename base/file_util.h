@@ -10,6 +10,8 @@ namespace marlaas {
 // Writes `contents` to `path` so that a crash leaves either the old file or the new one: a
 // temporary file in the same folder, fsync, rename, fsync of the folder.
 Status WriteFileAtomically(const std::string& path, const std::string& contents);
+// fsync of a file or a folder (a folder: so that the names created in it are durable).
+Status SyncPath(const std::string& path);
 // The whole file, or kNotFound / kIo naming the path.
 Result<std::string> ReadFile(const std::string& path);
 

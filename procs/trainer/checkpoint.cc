@@ -112,6 +112,8 @@ Status SaveCheckpoint(const std::string& tenant_dir, const model::LoraAdapter& a
              {"retired_groups", state.retired_groups},
              {"files", json::object()}};
   for (const char* f : kFiles) {
+    // write, fsync, rename: the files are durable before the folder gets its final name.
+    MARLAAS_RETURN_IF_ERROR(SyncPath(tmp + "/" + f));
     MARLAAS_ASSIGN_OR_RETURN(st["files"][f], FileEntry(tmp + "/" + f));
   }
   MARLAAS_RETURN_IF_ERROR(WriteFileAtomically(tmp + "/state.json", st.dump()));
@@ -119,6 +121,7 @@ Status SaveCheckpoint(const std::string& tenant_dir, const model::LoraAdapter& a
   fs::remove_all(final_dir, ec);  // an incomplete folder of that name (no state.json)
   fs::rename(tmp, final_dir, ec);
   if (ec) return Status(StatusCode::kIo, "renaming " + tmp + ": " + ec.message());
+  MARLAAS_RETURN_IF_ERROR(SyncPath(root));
   MARLAAS_RETURN_IF_ERROR(WriteFileAtomically(root + "/LATEST", name + "\n"));
   // Keep the two newest.
   std::vector<std::string> all;

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "base/file_util.h"
@@ -200,6 +201,43 @@ TEST_F(PipelineTest, SubmitStatusStopAndExportOverTheControlSocketWhileOthersTra
   ASSERT_TRUE(exported.ok()) << exported.status().ToString();
   ASSERT_TRUE(original.ok()) << original.status().ToString();
   EXPECT_TRUE(torch::equal(exported->flat(), original->flat()));
+}
+
+// Many clients submit at once: every distinct tenant is admitted once with its own token, and of
+// the clients racing for one id exactly one wins.
+TEST_F(PipelineTest, ConcurrentSubmitsFromManyClients) {
+  StartService();
+  auto tokens = serve::Tokens::Open(state_dir_);
+  ASSERT_TRUE(tokens.ok());
+  auto server = serve::ControlServer::Listen(state_dir_ + "/control.sock");
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  serve::ControlHandler handler(service_.get(), &*tokens);
+  constexpr int kClients = 8;
+  std::vector<std::string> own_tokens(kClients);
+  std::atomic<int> own_ok{0}, dup_ok{0}, finished{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] {
+      const pb::ControlReply own =
+          Call(state_dir_, "", Submit(SmallJob("c" + std::to_string(i), "countdown", 3, i)));
+      if (own.ok()) {
+        ++own_ok;
+        own_tokens[size_t(i)] = own.submit().token();
+      }
+      if (Call(state_dir_, "", Submit(SmallJob("dup", "countdown", 3, 99))).ok()) ++dup_ok;
+      ++finished;
+    });
+  }
+  const bool all = RunUntil(
+      [&] { return finished.load() == kClients; }, 60,
+      [&] { server->Poll(0, [&](const pb::ControlRequest& r) { return handler.Handle(r); }); });
+  for (auto& t : clients) t.join();
+  ASSERT_TRUE(all) << "clients did not finish";
+  EXPECT_EQ(own_ok.load(), kClients);
+  EXPECT_EQ(dup_ok.load(), 1);
+  std::set<std::string> distinct(own_tokens.begin(), own_tokens.end());
+  EXPECT_EQ(distinct.size(), size_t(kClients));
+  EXPECT_EQ(service_->Tenants().size(), size_t(kClients + 1));
 }
 
 // The admission estimate grows with the adapter exactly as the documented formula says, and the
