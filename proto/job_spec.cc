@@ -63,14 +63,6 @@ Status FloatRange(bool present, float value, double lo, double hi, bool lo_open,
   return Status::Ok();
 }
 
-bool ValidTenantId(const std::string& id) {
-  if (id.empty() || id.size() > 63) return false;
-  for (char c : id) {
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-')) return false;
-  }
-  return true;
-}
-
 // Protobuf reports JSON errors as "(outer.path) field: what" or "(outer.path): what"; turn that
 // into our "job spec field 'outer.path.field': what" so every error names its field the same way.
 Status FromJsonError(const std::string& msg) {
@@ -98,6 +90,14 @@ Status FromJsonError(const std::string& msg) {
 }
 
 }  // namespace
+
+bool ValidTenantId(const std::string& id) {
+  if (id.empty() || id.size() > 63) return false;
+  for (char c : id) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-')) return false;
+  }
+  return true;
+}
 
 const std::vector<std::string>& KnownTasks() {
   static const std::vector<std::string> kTasks = {"arithmetic", "countdown", "python_functions",

@@ -21,6 +21,8 @@ Result<pb::JobSpec> ParseJobSpecJson(const std::string& json);
 Result<pb::JobSpec> LoadJobSpecFile(const std::string& path);
 // Range and consistency checks on the fields that are present.
 Status ValidateJobSpec(const pb::JobSpec& spec);
+// A tenant id: 1-63 characters of [a-z0-9_-] (it names a folder of the state dir).
+bool ValidTenantId(const std::string& id);
 // Fills every absent optional field with its default. Idempotent.
 void ApplyJobSpecDefaults(pb::JobSpec* spec);
 // The canonical JSON form (all fields, snake_case), for the state dir and `status`.

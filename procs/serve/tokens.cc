@@ -8,6 +8,7 @@
 
 #include "base/file_util.h"
 #include "procs/common/pipeline.h"
+#include "proto/job_spec.h"
 
 namespace marlaas::serve {
 namespace {
@@ -67,6 +68,8 @@ Result<Tokens> Tokens::Open(const std::string& state_dir) {
 }
 
 Result<std::string> Tokens::Issue(const std::string& tenant) {
+  if (!ValidTenantId(tenant))
+    return Status(StatusCode::kInvalidArgument, "'" + tenant + "' is not a tenant id");
   MARLAAS_ASSIGN_OR_RETURN(std::string token, NewToken());
   MARLAAS_RETURN_IF_ERROR(StoreToken(pipeline::TenantDir(state_dir_, tenant) + "/token", token));
   return token;
@@ -75,6 +78,7 @@ Result<std::string> Tokens::Issue(const std::string& tenant) {
 bool Tokens::IsAdmin(const std::string& token) const { return SameToken(token, admin_); }
 
 bool Tokens::Allows(const std::string& token, const std::string& tenant) const {
+  if (!ValidTenantId(tenant)) return false;  // also keeps the path below inside the state dir
   if (IsAdmin(token)) return true;
   auto own = ReadFile(pipeline::TenantDir(state_dir_, tenant) + "/token");
   return own.ok() && SameToken(token, Trim(*own));

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -198,6 +199,11 @@ TEST(TokensTest, AdminAndTenantTokensAreSeparateAndPersist) {
   EXPECT_FALSE(tokens->Allows("", "alice"));
   EXPECT_FALSE(tokens->Allows(alice.substr(0, 31) + "x", "alice"));
   EXPECT_TRUE(tokens->Allows(tokens->admin(), "bob"));
+  // Ids that are not tenant ids are refused before any path is built from them.
+  std::ofstream(dir + "/token") << alice;
+  EXPECT_FALSE(tokens->Allows(alice, ".."));
+  EXPECT_FALSE(tokens->Allows(tokens->admin(), "../tenants/alice"));
+  EXPECT_FALSE(tokens->Issue("../escape").ok());
   EXPECT_FALSE(tokens->IsAdmin(alice));
   // A restarted service reads the same tokens.
   auto again = Tokens::Open(dir);
