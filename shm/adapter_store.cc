@@ -175,8 +175,8 @@ Result<uint64_t> AdapterStore::PublishedVersion(int slot) const {
   return s->published.load(std::memory_order_acquire) >> 1;
 }
 
-Result<uint64_t> AdapterStore::ReadLatest(int slot, void* dst, size_t dst_bytes,
-                                          Deadline deadline) {
+Result<uint64_t> AdapterStore::ReadLatest(int slot, void* dst, size_t dst_bytes, Deadline deadline,
+                                          AdapterSlotInfo* owner) {
   MARLAAS_ASSIGN_OR_RETURN(AdapterSlotInfo info, Info(slot));
   if (!info.active) {
     return Status(StatusCode::kFailedPrecondition,
@@ -203,7 +203,18 @@ Result<uint64_t> AdapterStore::ReadLatest(int slot, void* dst, size_t dst_bytes,
       MARLAAS_RETURN_IF_ERROR(memory_->CopyOut(slot, buffer, dst, bytes));
       // SYNC POINT READ: the copy completes before the re-check of seq.
       std::atomic_thread_fence(std::memory_order_acquire);
-      if (b.seq.load(std::memory_order_relaxed) == seq1) return version;
+      if (b.seq.load(std::memory_order_relaxed) == seq1) {
+        // The slot may have gone to another tenant while we copied (its row was reused): then
+        // the copy may be the new tenant's, and the caller asked for the old one's.
+        AdapterSlotInfo now;
+        if (s->info.Load(&now) && now.generation == info.generation) {
+          if (owner != nullptr) *owner = info;
+          return version;
+        }
+        return Status(StatusCode::kFailedPrecondition,
+                      "adapter slot " + std::to_string(slot) + " of tenant '" +
+                          std::string(info.tenant_id) + "' went to another tenant");
+      }
     }
     if (deadline.Expired()) {
       return Status(StatusCode::kTimeout, "could not copy a stable adapter of tenant '" +

@@ -92,8 +92,11 @@ class AdapterStore {
   // Latest published version of `slot` (0: none yet).
   Result<uint64_t> PublishedVersion(int slot) const;
   // Copies the latest published adapter into dst (>= layout.NumBytes() bytes) and returns its
-  // version. Retries while the writer overtakes the copy, until `deadline`.
-  Result<uint64_t> ReadLatest(int slot, void* dst, size_t dst_bytes, Deadline deadline);
+  // version; `owner`, when given, receives the slot info (tenant, generation, layout) that the
+  // copy belongs to. Retries while the writer overtakes the copy, until `deadline`. Fails with
+  // kFailedPrecondition if the slot was registered again (to a new tenant) during the copy.
+  Result<uint64_t> ReadLatest(int slot, void* dst, size_t dst_bytes, Deadline deadline,
+                              AdapterSlotInfo* owner = nullptr);
 
  private:
   AdapterStore(Segment seg, std::unique_ptr<AdapterMemory> memory);

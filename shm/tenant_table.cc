@@ -28,6 +28,10 @@ const char* TenantStateName(TenantState s) {
   return "unknown";
 }
 
+bool IsSettled(TenantState s) {
+  return s == TenantState::kFinished || s == TenantState::kStopped || s == TenantState::kFailed;
+}
+
 Status CopyField(const std::string& value, char* field, size_t field_size, const char* name) {
   if (value.size() >= field_size) {
     return Status(StatusCode::kInvalidArgument, std::string(name) + " '" + value +

@@ -14,7 +14,7 @@
 
 namespace marlaas {
 
-inline constexpr uint32_t kTenantTableLayoutVersion = 1;
+inline constexpr uint32_t kTenantTableLayoutVersion = 2;
 inline constexpr int kMaxTenants = 256;
 
 enum class TenantState : uint32_t {
@@ -27,6 +27,8 @@ enum class TenantState : uint32_t {
   kFailed,    // see `reason`
 };
 const char* TenantStateName(TenantState s);
+// Finished, stopped or failed: nothing more happens to the tenant, and its row may be reused.
+bool IsSettled(TenantState s);
 
 struct TenantRecord {
   char id[64];
@@ -38,8 +40,9 @@ struct TenantRecord {
   uint32_t prompts_per_step;
   uint32_t max_steps;
   int64_t admitted_unix_ms;
-  char reason[112];     // why it failed or stopped
-  uint64_t generation;  // bumped each time the row is reused for a new tenant
+  char reason[112];         // why it failed or stopped
+  uint64_t generation;      // bumped each time the row is reused for a new tenant
+  int64_t settled_unix_ms;  // when it became finished, stopped or failed (0: not yet)
 };
 
 struct TenantTableLayout {

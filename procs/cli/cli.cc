@@ -1,6 +1,8 @@
 #include "procs/cli/cli.h"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace marlaas::cli {
@@ -70,6 +72,38 @@ bool TakeFlag(std::vector<std::string>* args, const std::string& name, std::stri
     }
   }
   return false;
+}
+
+bool TakeNumber(std::vector<std::string>* args, const char* command, const std::string& name,
+                double lo, double hi, double* value) {
+  std::string text;
+  if (!TakeFlag(args, name, &text)) return true;
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || errno != 0 || *end != '\0' || !(v >= lo && v <= hi)) {
+    std::fprintf(stderr, "marlaas %s: %s: '%s' is not a number in [%g, %g]\n", command,
+                 name.c_str(), text.c_str(), lo, hi);
+    return false;
+  }
+  *value = v;
+  return true;
+}
+
+bool TakeInteger(std::vector<std::string>* args, const char* command, const std::string& name,
+                 long long lo, long long hi, long long* value) {
+  std::string text;
+  if (!TakeFlag(args, name, &text)) return true;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || errno != 0 || *end != '\0' || v < lo || v > hi) {
+    std::fprintf(stderr, "marlaas %s: %s: '%s' is not a whole number in [%lld, %lld]\n", command,
+                 name.c_str(), text.c_str(), lo, hi);
+    return false;
+  }
+  *value = v;
+  return true;
 }
 
 bool TakeSwitch(std::vector<std::string>* args, const std::string& name) {

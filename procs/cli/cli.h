@@ -38,6 +38,14 @@ int RunReport(const std::vector<std::string>& args);
 
 // Small argument helper: removes "--name VALUE" from args; returns false if absent.
 bool TakeFlag(std::vector<std::string>* args, const std::string& name, std::string* value);
+// Removes "--name N" and parses N into *value when present. A malformed N, or one outside
+// [lo, hi], prints "marlaas COMMAND: --name: 'N' is not a number in [lo, hi]" and returns false
+// (the caller exits with 2); an absent flag leaves *value as it was and returns true.
+bool TakeNumber(std::vector<std::string>* args, const char* command, const std::string& name,
+                double lo, double hi, double* value);
+// The same for a whole number ("... is not a whole number in [lo, hi]").
+bool TakeInteger(std::vector<std::string>* args, const char* command, const std::string& name,
+                 long long lo, long long hi, long long* value);
 // Removes a bare "--name" switch; returns whether it was present.
 bool TakeSwitch(std::vector<std::string>* args, const std::string& name);
 // Prints "marlaas NAME: unexpected argument ..." and returns 2 if args is non-empty, else 0.

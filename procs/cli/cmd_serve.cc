@@ -11,13 +11,14 @@
 #include "procs/cli/cli.h"
 #include "procs/cli/run_jobs.h"
 #include "proto/job_spec.h"
+#include "shm/tenant_table.h"
 
 namespace marlaas::cli {
 
 int RunServe(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
   RunJobsOptions o;
-  std::string job, threads = "1", workers = "2", timeout = "3600";
+  std::string job;
   while (TakeFlag(&args, "--job", &job)) {
     auto spec = LoadJobSpecFile(job);
     if (!spec.ok()) {
@@ -31,13 +32,16 @@ int RunServe(const std::vector<std::string>& argv) {
   TakeFlag(&args, "--state-dir", &o.service.stage.state_dir);
   TakeFlag(&args, "--model-dir", &o.service.stage.model_dir);
   TakeFlag(&args, "--instance", &o.service.stage.instance);
-  TakeFlag(&args, "--threads", &threads);
-  TakeFlag(&args, "--verifier-workers", &workers);
-  TakeFlag(&args, "--timeout-s", &timeout);
-  std::string metrics_port, budget_mb, max_tenants;
-  TakeFlag(&args, "--metrics-port", &metrics_port);
-  TakeFlag(&args, "--memory-budget-mb", &budget_mb);
-  TakeFlag(&args, "--max-tenants", &max_tenants);
+  long long threads = 1, workers = 2, port = -1, budget_mb = 0, max_tenants = 64;
+  double timeout_s = 3600;
+  const bool numbers_ok =
+      TakeInteger(&args, "serve", "--threads", 1, 256, &threads) &&
+      TakeInteger(&args, "serve", "--verifier-workers", 1, 256, &workers) &&
+      TakeNumber(&args, "serve", "--timeout-s", 1, 1e9, &timeout_s) &&
+      TakeInteger(&args, "serve", "--metrics-port", 0, 65535, &port) &&
+      TakeInteger(&args, "serve", "--memory-budget-mb", 1, 1LL << 30, &budget_mb) &&
+      TakeInteger(&args, "serve", "--max-tenants", 1, kMaxTenants, &max_tenants);
+  if (!numbers_ok) return 2;
   o.service.stage.allow_weak_sandbox = TakeSwitch(&args, "--allow-weak-sandbox");
   o.quiet = TakeSwitch(&args, "--quiet");
   if (int rc = RejectRest("serve", args)) return rc;
@@ -45,14 +49,13 @@ int RunServe(const std::vector<std::string>& argv) {
   o.control_socket = true;
   o.resume = true;  // a restart on the same state dir picks up every unfinished tenant
   o.metrics_jsonl = true;
-  if (!budget_mb.empty())
-    o.service.memory_budget_bytes = uint64_t(std::atoll(budget_mb.c_str())) << 20;
-  if (!max_tenants.empty()) o.service.max_tenants = std::max(1, std::atoi(max_tenants.c_str()));
-  if (!metrics_port.empty()) o.metrics_port = std::atoi(metrics_port.c_str());
+  o.service.memory_budget_bytes = uint64_t(budget_mb) << 20;
+  o.service.max_tenants = int(max_tenants);
+  o.metrics_port = int(port);
   o.until_stopped = o.jobs.empty();
-  o.service.stage.threads = std::max(1, std::atoi(threads.c_str()));
-  o.service.stage.verifier_workers = std::max(1, std::atoi(workers.c_str()));
-  o.timeout_s = std::atof(timeout.c_str());
+  o.service.stage.threads = int(threads);
+  o.service.stage.verifier_workers = int(workers);
+  o.timeout_s = timeout_s;
   if (o.service.stage.model_dir.empty()) {
     auto dir = EnsureTinyBase(o.service.stage.state_dir, nullptr, nullptr);
     if (!dir.ok()) {

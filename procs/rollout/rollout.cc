@@ -1,5 +1,6 @@
 #include "procs/rollout/rollout.h"
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <memory>
@@ -151,9 +152,11 @@ void Rollout::RefreshAdapter(RolloutTenant* t) {
   auto info = store_.Info(t->row);
   if (!info.ok() || !info->active || t->id != info->tenant_id) return;
   std::vector<float> buf(info->layout.NumElements());
-  auto got =
-      store_.ReadLatest(t->row, buf.data(), buf.size() * sizeof(float), Deadline::AfterMs(100));
-  if (!got.ok()) return;
+  AdapterSlotInfo owner;
+  auto got = store_.ReadLatest(t->row, buf.data(), buf.size() * sizeof(float),
+                               Deadline::AfterMs(100), &owner);
+  // The slot may have gone to the tenant that reuses our row since Info().
+  if (!got.ok() || t->id != owner.tenant_id || owner.generation != info->generation) return;
   auto adapter = model::LoraAdapter::FromFlat(info->layout, buf.data());
   if (!adapter.ok()) {
     StageLog(kRole, "tenant %s: bad adapter: %s", t->id.c_str(),
@@ -209,6 +212,15 @@ void Rollout::SyncTenants() {
   }
   for (auto& [row, t] : tenants_)
     if (!seen.count(row)) t->finished = true;
+  // Replaced tenants go once nothing refers to them: no open group, no record in the outbox.
+  auto unreferenced = [&](const std::unique_ptr<RolloutTenant>& t) {
+    if (t->open_groups > 0) return false;
+    for (const auto& [tenant, group_id] : outbox_groups_)
+      if (tenant == t.get()) return false;
+    return true;
+  };
+  replaced_.erase(std::remove_if(replaced_.begin(), replaced_.end(), unreferenced),
+                  replaced_.end());
 }
 
 void Rollout::StartGroups() {
@@ -436,7 +448,9 @@ void Rollout::FlushOutputs() {
       if (st.ok()) {
         // Counted at once: a restarted rollout paces itself from this count.
         ++tenant->metrics.groups;
-        (void)metrics_.StoreTenant(tenant->row, tenant->metrics);
+        auto current = tenants_.find(tenant->row);  // a replaced tenant's row has new counters
+        if (current != tenants_.end() && current->second.get() == tenant)
+          (void)metrics_.StoreTenant(tenant->row, tenant->metrics);
         pipeline::AppendLine(pipeline::TenantDir(args_.state_dir, tenant->id) + "/produced.log",
                              std::to_string(group_id));
       }

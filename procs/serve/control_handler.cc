@@ -1,13 +1,13 @@
 #include "procs/serve/control_handler.h"
 
-#include <chrono>
-#include <cmath>
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "base/file_util.h"
 #include "procs/common/pipeline.h"
+#include "procs/serve/tenant_status.h"
 
 namespace marlaas::serve {
 namespace {
@@ -17,35 +17,6 @@ namespace fs = std::filesystem;
 constexpr uint32_t kDefaultLogLines = 100, kMaxLogLines = 10000;
 
 }  // namespace
-
-pb::TenantStatus TenantStatusOf(const TenantView& v) {
-  pb::TenantStatus s;
-  s.set_id(v.record.id);
-  s.set_task(v.record.task);
-  s.set_state(TenantStateName(v.record.state));
-  s.set_step(v.trainer.steps);
-  s.set_reward_mean(v.trainer.last_reward_mean);
-  const TenantMetrics& r = v.verifier;
-  if (r.reward_count > 0) {
-    const double mean = r.reward_sum / double(r.reward_count);
-    s.set_reward_std(
-        std::sqrt(std::max(0.0, r.reward_sq_sum / double(r.reward_count) - mean * mean)));
-  }
-  uint32_t staleness = 0;  // the largest staleness the trainer has seen in this tenant's groups
-  for (int b = 0; b < kStalenessBuckets; ++b)
-    if (v.trainer.staleness[b] > 0) staleness = uint32_t(b);
-  s.set_staleness(staleness);
-  const uint64_t judged = v.verifier.groups + v.verifier.verifier_errors;
-  s.set_verifier_error_rate(judged ? double(v.verifier.verifier_errors) / double(judged) : 0.0);
-  s.set_adapter_version(v.trainer.adapter_version);
-  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
-  const double alive_s = double(now_ms - int64_t(v.record.admitted_unix_ms)) / 1000.0;
-  if (alive_s > 0) s.set_tokens_per_s(double(v.rollout.tokens) / alive_s);
-  s.set_reason(v.record.reason);
-  return s;
-}
 
 Status ControlHandler::Authorise(const std::string& token, const std::string& tenant) const {
   if (!tokens_->Allows(token, tenant)) {
@@ -78,10 +49,17 @@ Status ControlHandler::Submit(const pb::SubmitRequest& r, pb::SubmitReply* out) 
 Status ControlHandler::StatusOf(const std::string& token, const pb::StatusRequest& r,
                                 pb::StatusReply* out) {
   if (!r.tenant().empty()) MARLAAS_RETURN_IF_ERROR(Authorise(token, r.tenant()));
+  auto wanted = [&](const std::string& id) {
+    return !r.tenant().empty() ? r.tenant() == id : tokens_->Allows(token, id);
+  };
+  std::set<std::string> with_rows;
   for (const TenantView& v : service_->Tenants()) {
-    if (!r.tenant().empty() ? r.tenant() != v.record.id : !tokens_->Allows(token, v.record.id))
-      continue;
-    *out->add_tenants() = TenantStatusOf(v);
+    with_rows.insert(v.record.id);
+    if (wanted(v.record.id)) *out->add_tenants() = TenantStatusOf(v);
+  }
+  // Settled tenants whose rows were reused, or that settled before the service restarted.
+  for (pb::TenantStatus& s : SettledTenantsOnDisk(service_->options().stage.state_dir, with_rows)) {
+    if (wanted(s.id())) *out->add_tenants() = std::move(s);
   }
   if (!r.tenant().empty() && out->tenants_size() == 0)
     return Status(StatusCode::kNotFound, "no tenant '" + r.tenant() + "'");

@@ -3,7 +3,7 @@
 // tenant need that tenant's token or the admin token (tokens.h). A refused or failed command
 // gets ok=false and an error that says why; nothing changes then.
 //   submit JOB  -> admits the tenant (Service::Admit) and returns its id and a new token
-//   status      -> every tenant the token may see (or the one named)
+//   status      -> every tenant the token may see (or the one named), settled ones included
 //   stop T      -> Service::StopTenant
 //   export T D  -> copies T's latest checkpointed adapter (PEFT layout) into D
 //   logs T      -> the last lines of T's trainer log
@@ -33,8 +33,5 @@ class ControlHandler {
   Service* service_;
   Tokens* tokens_;
 };
-
-// The status of one tenant as `status` reports it.
-pb::TenantStatus TenantStatusOf(const TenantView& v);
 
 }  // namespace marlaas::serve

@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "procs/serve/control_handler.h"
+#include "procs/serve/tenant_status.h"
 
 namespace marlaas::serve {
 namespace {

@@ -12,6 +12,7 @@
 
 #include "base/file_util.h"
 #include "procs/serve/admission.h"
+#include "procs/serve/tenant_status.h"
 #include "proto/job_spec.h"
 #include "sandbox/run_cgroup.h"
 #include "sandbox/sandbox.h"
@@ -46,6 +47,11 @@ struct Service::Held {
 };
 
 Result<std::unique_ptr<Service>> Service::Start(const ServiceOptions& options) {
+  if (options.max_tenants < 1 || options.max_tenants > kMaxTenants) {
+    return Status(StatusCode::kInvalidArgument,
+                  "max tenants " + std::to_string(options.max_tenants) + " is out of range [1, " +
+                      std::to_string(kMaxTenants) + "]");
+  }
   std::unique_ptr<Service> s(new Service(options));
   if (s->options_.bin_dir.empty()) s->options_.bin_dir = SelfDir();
   const std::string& instance = options.stage.instance;
@@ -133,17 +139,14 @@ Status Service::Admit(const pb::JobSpec& given) {
   MARLAAS_RETURN_IF_ERROR(ValidateJobSpec(spec));
   if (table_->Find(spec.tenant()).ok())
     return Status(StatusCode::kAlreadyExists, "tenant '" + spec.tenant() + "' is already admitted");
-  MARLAAS_ASSIGN_OR_RETURN(int row, table_->FreeRow());
-  if (row >= options_.max_tenants)
-    return Status(StatusCode::kResourceExhausted,
-                  "the service holds at most " + std::to_string(options_.max_tenants) + " tenants");
+  MARLAAS_ASSIGN_OR_RETURN(int row, PickRow());
   MARLAAS_ASSIGN_OR_RETURN(const uint64_t need,
                            EstimateTenantBytes(spec, options_.stage.model_dir));
   if (options_.memory_budget_bytes > 0) {
     uint64_t committed = 0;
     int live = 0;
     for (auto& [r, rec] : table_->Snapshot()) {
-      if (rec.state != TenantState::kRunning && rec.state != TenantState::kAdmitted) continue;
+      if (IsSettled(rec.state)) continue;
       auto it = estimates_.find(rec.id);
       committed += it == estimates_.end() ? 0 : it->second;
       ++live;
@@ -179,26 +182,56 @@ Status Service::Admit(const pb::JobSpec& given) {
   return Status::Ok();
 }
 
-void Service::PersistFinalState(const std::string& tenant, TenantState state, const char* reason) {
-  const std::string path = pipeline::TenantDir(options_.stage.state_dir, tenant) + "/state";
+Result<int> Service::PickRow() const {
+  int live = 0, free_row = -1, settled_row = -1;
+  int64_t settled_at = 0;
+  for (int row = 0; row < options_.max_tenants; ++row) {
+    MARLAAS_ASSIGN_OR_RETURN(TenantRecord rec, table_->Get(row));
+    if (rec.state == TenantState::kFree) {
+      if (free_row < 0) free_row = row;
+    } else if (!IsSettled(rec.state)) {
+      ++live;
+    } else if (settled_row < 0 || rec.settled_unix_ms < settled_at) {
+      settled_row = row;  // the one settled longest ago keeps its row the shortest
+      settled_at = rec.settled_unix_ms;
+    }
+  }
+  if (live >= options_.max_tenants) {
+    return Status(StatusCode::kResourceExhausted,
+                  "the service holds at most " + std::to_string(options_.max_tenants) +
+                      " tenants at a time (serve --max-tenants) and " + std::to_string(live) +
+                      " are running; submit again when one finishes or is stopped");
+  }
+  return free_row >= 0 ? free_row : settled_row;
+}
+
+void Service::Settle(int row, TenantRecord rec, TenantState state, const char* reason) {
+  rec.state = state;
+  std::snprintf(rec.reason, sizeof(rec.reason), "%s", reason == nullptr ? "" : reason);
+  rec.settled_unix_ms = NowMs();
+  estimates_.erase(rec.id);
+  // What `status` shows once the row is reused or the service restarts, then the final state,
+  // which also tells a restarted service not to resume the tenant.
+  TenantView v = ViewOf(row, rec);
+  const std::string dir = pipeline::TenantDir(options_.stage.state_dir, rec.id);
+  Status st = WriteSettledStatus(dir, TenantStatusOf(v));
   std::string text = TenantStateName(state);
-  if (reason != nullptr && reason[0]) text += std::string(": ") + reason;
-  Status st = WriteFileAtomically(path, text + "\n");
-  if (!st.ok())
-    std::fprintf(stderr, "[serve] tenant %s: %s\n", tenant.c_str(), st.ToString().c_str());
+  if (rec.reason[0]) text += std::string(": ") + rec.reason;
+  if (st.ok()) st = WriteFileAtomically(dir + "/state", text + "\n");
+  if (!st.ok()) std::fprintf(stderr, "[serve] tenant %s: %s\n", rec.id, st.ToString().c_str());
+  st = table_->Put(row, rec);
+  if (!st.ok()) std::fprintf(stderr, "[serve] tenant %s: %s\n", rec.id, st.ToString().c_str());
 }
 
 Status Service::StopTenant(const std::string& tenant) {
   MARLAAS_ASSIGN_OR_RETURN(int row, table_->Find(tenant));
   MARLAAS_ASSIGN_OR_RETURN(TenantRecord rec, table_->Get(row));
-  if (rec.state != TenantState::kRunning && rec.state != TenantState::kAdmitted) {
+  if (IsSettled(rec.state)) {
     return Status(StatusCode::kFailedPrecondition,
                   "tenant '" + tenant + "' is already " + TenantStateName(rec.state));
   }
-  rec.state = TenantState::kStopped;
-  std::snprintf(rec.reason, sizeof(rec.reason), "stopped by its owner");
-  PersistFinalState(tenant, rec.state, rec.reason);
-  return table_->Put(row, rec);
+  Settle(row, rec, TenantState::kStopped, "stopped by its owner");
+  return Status::Ok();
 }
 
 void Service::Tick() {
@@ -235,14 +268,8 @@ void Service::Tick() {
   // Tenants the trainer has finished, and tenants whose verifier keeps failing or whom the
   // trainer could not start (e.g. unreadable checkpoints).
   auto settle = [&](int row, const TenantRecord& rec, TenantState state, const char* reason) {
-    PersistFinalState(rec.id, state, reason);
-    TenantRecord r = rec;
-    r.state = state;
-    if (reason != nullptr) {
-      std::snprintf(r.reason, sizeof(r.reason), "%s", reason);
-      std::fprintf(stderr, "[serve] tenant %s failed: %s\n", rec.id, reason);
-    }
-    (void)table_->Put(row, r);
+    if (reason != nullptr) std::fprintf(stderr, "[serve] tenant %s failed: %s\n", rec.id, reason);
+    Settle(row, rec, state, reason);
   };
   for (auto& [row, rec] : table_->Snapshot()) {
     if (rec.state != TenantState::kRunning) continue;
@@ -263,25 +290,25 @@ void Service::Tick() {
 
 bool Service::AllDone() const {
   for (auto& [row, rec] : table_->Snapshot())
-    if (rec.state == TenantState::kRunning || rec.state == TenantState::kAdmitted ||
-        rec.state == TenantState::kStopping)
-      return false;
+    if (!IsSettled(rec.state)) return false;
   return true;
+}
+
+TenantView Service::ViewOf(int row, const TenantRecord& rec) const {
+  TenantView v;
+  v.row = row;
+  v.record = rec;
+  TenantMetrics* dst[] = {&v.rollout, &v.verifier, &v.trainer};
+  for (int i = 0; i < 3; ++i) {
+    auto m = metrics_[size_t(i)].LoadTenant(row);
+    if (m.ok() && m->generation == rec.generation) *dst[i] = *m;
+  }
+  return v;
 }
 
 std::vector<TenantView> Service::Tenants() const {
   std::vector<TenantView> out;
-  for (auto& [row, rec] : table_->Snapshot()) {
-    TenantView v;
-    v.row = row;
-    v.record = rec;
-    TenantMetrics* dst[] = {&v.rollout, &v.verifier, &v.trainer};
-    for (int i = 0; i < 3; ++i) {
-      auto m = metrics_[size_t(i)].LoadTenant(row);
-      if (m.ok() && m->generation == rec.generation) *dst[i] = *m;
-    }
-    out.push_back(v);
-  }
+  for (auto& [row, rec] : table_->Snapshot()) out.push_back(ViewOf(row, rec));
   return out;
 }
 

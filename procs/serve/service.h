@@ -28,7 +28,9 @@ namespace marlaas::serve {
 struct ServiceOptions {
   pipeline::StageArgs stage;  // instance, state dir, model dir, threads, workers, weak sandbox
   std::string bin_dir;        // where marlaas-rollout etc. live (default: next to this program)
-  int max_tenants = 64;       // adapter store slots
+  // Tenants running at a time, and adapter store slots. A settled (finished, stopped, failed)
+  // tenant's row and slot go to a later tenant when no free one is left.
+  int max_tenants = 64;
   // Admission: the summed EstimateTenantBytes (admission.h) of the tenants not yet finished,
   // stopped or failed may not exceed this (0: no budget).
   uint64_t memory_budget_bytes = 0;
@@ -89,8 +91,14 @@ class Service {
   };
   explicit Service(const ServiceOptions& o) : options_(o) {}
   Status Spawn(Stage* stage);
-  // Writes <tenant>/state ("finished", "stopped: why", "failed: why"), so a restart skips it.
-  void PersistFinalState(const std::string& tenant, TenantState state, const char* reason);
+  // A row for a new tenant: the first free one below max_tenants, else the row of the tenant
+  // that settled longest ago. kResourceExhausted when max_tenants tenants are running.
+  Result<int> PickRow() const;
+  // Makes the tenant of `row` finished, stopped or failed: writes <tenant>/status.json (what
+  // `status` shows once the row is reused), then <tenant>/state ("finished", "stopped: why",
+  // "failed: why"), which a restarted service does not resume, then the row.
+  void Settle(int row, TenantRecord rec, TenantState state, const char* reason);
+  TenantView ViewOf(int row, const TenantRecord& rec) const;
 
   ServiceOptions options_;
   std::optional<TenantTable> table_;
@@ -98,11 +106,9 @@ class Service {
   std::vector<std::string> segments_;    // names to remove at Stop
   std::vector<Stage> stages_;
   bool stopped_ = false;
-  int lock_fd_ = -1;
-  std::map<std::string, uint64_t>
-      estimates_;  // admission estimate per admitted tenant  // <state>/service.lock, held (and
-                   // inherited by the stages) while we run
-  struct Held;     // segments the service holds open (rings, adapter store)
+  int lock_fd_ = -1;  // <state>/service.lock, held (and inherited by the stages) while we run
+  std::map<std::string, uint64_t> estimates_;  // admission estimate per admitted tenant
+  struct Held;  // segments the service holds open (rings, adapter store)
   std::shared_ptr<Held> held_;
 };
 

@@ -75,7 +75,11 @@ class Trainer {
   Status Run();
 
  private:
+  // Follows the tenant table: starts new tenants, forgets settled or replaced ones.
   void SyncTenants();
+  // Stops training `t` for good: checkpoints what it trained since the last checkpoint and lets
+  // its pending records be acknowledged. The caller then drops it.
+  void Forget(TrainTenant* t);
   Status StartTenant(const pipeline::WatchedTenant& w);
   void HandleRecord(const RecordView& view);
   void Retire(TrainTenant* t, uint64_t group_id, const std::string& drop_reason);
@@ -178,8 +182,32 @@ Status Trainer::StartTenant(const pipeline::WatchedTenant& w) {
   return Status::Ok();
 }
 
+void Trainer::Forget(TrainTenant* t) {
+  // Steps since the last checkpoint are kept (export gives the newest checkpoint); groups still
+  // waiting for a step are not trained.
+  if (t->retired_total > t->checkpointed_retired) Checkpoint(t);
+  for (Pending& p : pending_) {
+    if (p.tenant != t) continue;
+    p.tenant = nullptr;  // nothing to wait for: acknowledged in ring order
+  }
+  for (const pb::TrajectoryGroup& g : t->ready) pending_by_group_.erase(g.group_id());
+  StageLog(kRole, "tenant %s: no longer trained (%zu waiting groups left untrained)", t->id.c_str(),
+           t->ready.size());
+}
+
 void Trainer::SyncTenants() {
   const auto& watched = watcher_.Poll();
+  // Settled tenants, and tenants whose rows went to new ones, first: a reused row's new tenant
+  // takes the old one's place in tenants_, and the records still pending point at the old one.
+  for (auto it = tenants_.begin(); it != tenants_.end();) {
+    const pipeline::WatchedTenant* w = watcher_.Find(it->second->id, it->second->generation);
+    if (w != nullptr && !IsSettled(w->record.state)) {
+      ++it;
+      continue;
+    }
+    Forget(it->second.get());
+    it = tenants_.erase(it);
+  }
   for (const pipeline::WatchedTenant& w : watched) {
     auto it = tenants_.find(w.row);
     if (it != tenants_.end() && it->second->generation == w.record.generation) continue;
@@ -329,6 +357,14 @@ void Trainer::TrainReady(bool under_pressure) {
                    ", trainer at " + std::to_string(t->ck.version));
         continue;
       }
+      if (g.behaviour_version() > t->ck.version) {
+        // Versions only grow (a restarted trainer republishes past what it lost), so this was
+        // not sampled by this tenant's adapter: its logprobs would make the update wrong.
+        Retire(t, g.group_id(),
+               "sampled by version " + std::to_string(g.behaviour_version()) +
+                   ", newer than the tenant's " + std::to_string(t->ck.version));
+        continue;
+      }
       ++t->metrics.staleness[std::min<uint64_t>(staleness, kStalenessBuckets - 1)];
       std::vector<float> rewards;
       for (const pb::Trajectory& tr : g.trajectories()) rewards.push_back(tr.reward());
@@ -402,7 +438,11 @@ void Trainer::TrainReady(bool under_pressure) {
 
 void Trainer::FinishStep(TrainTenant* t, const std::vector<pb::TrajectoryGroup>& groups,
                          const rl::TenantStepResult* result, int degenerate) {
-  const uint64_t behaviour_min = groups.front().behaviour_version();
+  uint64_t behaviour_min = UINT64_MAX, behaviour_max = 0;
+  for (const pb::TrajectoryGroup& g : groups) {
+    behaviour_min = std::min<uint64_t>(behaviour_min, g.behaviour_version());
+    behaviour_max = std::max<uint64_t>(behaviour_max, g.behaviour_version());
+  }
   const uint64_t trained_at = t->ck.version;
   ++t->ck.steps;
   ++engine_.items;  // the trainer counts tenant steps
@@ -440,6 +480,8 @@ void Trainer::FinishStep(TrainTenant* t, const std::vector<pb::TrajectoryGroup>&
                      {"updated", result != nullptr},
                      {"degenerate_groups", degenerate},
                      {"staleness", trained_at - std::min(trained_at, behaviour_min)},
+                     {"trained_at", trained_at},
+                     {"behaviour_versions", {behaviour_min, behaviour_max}},
                      {"time", WallSeconds()}}
           .dump());
   if (t->ck.steps >= t->spec.max_steps()) {

@@ -1,5 +1,6 @@
 #include "procs/verifier/verifier.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -167,7 +168,8 @@ class Verifier {
  private:
   std::shared_ptr<Job> MakeJob(const RecordView& view);
   void Finish(Slot* slot);
-  TenantMetrics& MetricsOf(int row, uint64_t generation);
+  // The counters of the tenant of `row` in `generation`, or null for a replaced generation.
+  TenantMetrics* MetricsOf(int row, uint64_t generation);
 
   pipeline::StageArgs args_;
   TenantTable table_;
@@ -183,14 +185,17 @@ class Verifier {
   Pool pool_;
 };
 
-TenantMetrics& Verifier::MetricsOf(int row, uint64_t generation) {
+TenantMetrics* Verifier::MetricsOf(int row, uint64_t generation) {
   TenantMetrics& m = tenant_metrics_[row];
   if (m.generation != generation) {
-    auto old = metrics_.LoadTenant(row);
-    m = old.ok() && old->generation == generation ? *old : TenantMetrics{};
+    auto stored = metrics_.LoadTenant(row);
+    // Generations of a row only grow: an older one is a replaced tenant's late group, whose
+    // counters went with its row (overwriting the new tenant's would lose them).
+    if (generation < std::max(m.generation, stored.ok() ? stored->generation : 0)) return nullptr;
+    m = stored.ok() && stored->generation == generation ? *stored : TenantMetrics{};
     m.generation = generation;
   }
-  return m;
+  return &m;
 }
 
 std::shared_ptr<Job> Verifier::MakeJob(const RecordView& view) {
@@ -261,7 +266,9 @@ void Verifier::Finish(Slot* slot) {
   engine_.busy_ns += uint64_t(job.busy_ns);
   ++engine_.items;
   if (job.row < 0 || job.type != pipeline::kGroupRecord) return;
-  TenantMetrics& m = MetricsOf(job.row, job.group.tenant_generation());
+  TenantMetrics* counters = MetricsOf(job.row, job.group.tenant_generation());
+  if (counters == nullptr) return;
+  TenantMetrics& m = *counters;
   if (!job.group.failure().empty()) {
     ++m.verifier_errors;
     std::snprintf(m.last_error, sizeof(m.last_error), "%s", job.group.failure().c_str());

@@ -269,6 +269,86 @@ TEST_F(PipelineTest, AdmissionRefusesTenantsOverTheMemoryBudget) {
   EXPECT_TRUE(service_->Admit(c).ok());
 }
 
+// Tenants come and go while another trains: with room for two at a time, a third is refused
+// until one settles, then takes the settled tenant's row and adapter slot. The newcomer never
+// decodes with its predecessor's adapter, and the predecessor stays in `status` from its
+// status.json although its row went to the newcomer.
+TEST_F(PipelineTest, ASettledTenantsRowAndAdapterSlotGoToTheNextTenant) {
+  max_tenants_ = 2;
+  StartService();
+  auto tokens = serve::Tokens::Open(state_dir_);
+  ASSERT_TRUE(tokens.ok()) << tokens.status().ToString();
+  serve::ControlHandler handler(service_.get(), &*tokens);
+  auto call = [&](const std::string& token, pb::ControlRequest r) {
+    r.set_token(token);
+    return handler.Handle(r);
+  };
+  auto row_of = [&](const std::string& id) {
+    for (const serve::TenantView& v : service_->Tenants())
+      if (id == v.record.id) return std::make_pair(v.row, v.record.generation);
+    return std::make_pair(-1, uint64_t(0));
+  };
+  auto state_of = [&](const std::string& id) {
+    const pb::ControlReply r = call(tokens->admin(), StatusOf(id));
+    return r.ok() && r.status().tenants_size() == 1 ? r.status().tenants(0).state() : r.error();
+  };
+  ASSERT_TRUE(call("", Submit(SmallJob("long", "arithmetic", 400, 51))).ok());
+  const pb::ControlReply first = call("", Submit(SmallJob("first", "countdown", 4, 52)));
+  ASSERT_TRUE(first.ok()) << first.error();
+  const auto [first_row, first_generation] = row_of("first");
+  const pb::ControlReply full = call("", Submit(SmallJob("second", "countdown", 4, 53)));
+  ASSERT_FALSE(full.ok());
+  EXPECT_NE(full.error().find("at most 2 tenants at a time"), std::string::npos) << full.error();
+  EXPECT_FALSE(fs::exists(TenantDir("second") + "/job.json")) << "a refused tenant left state";
+
+  ASSERT_TRUE(RunUntil([&] { return state_of("first") == "finished"; }, 120))
+      << "first: " << state_of("first");
+  const pb::ControlReply admitted = call("", Submit(SmallJob("second", "countdown", 4, 53)));
+  ASSERT_TRUE(admitted.ok()) << admitted.error();
+  const auto [second_row, second_generation] = row_of("second");
+  EXPECT_EQ(second_row, first_row) << "the settled tenant's row was not reused";
+  EXPECT_EQ(second_generation, first_generation + 1);
+  ASSERT_TRUE(RunUntil([&] { return state_of("second") == "finished"; }, 120))
+      << "second: " << state_of("second");
+  EXPECT_EQ(state_of("long"), "running") << "the long tenant stopped training meanwhile";
+  ASSERT_TRUE(call(tokens->admin(), Stop("long")).ok());
+
+  // Every step of `second` trained groups sampled by its own adapter versions, which never run
+  // ahead of its trainer; `first` reached version 5, so its adapter would show up as newer.
+  std::ifstream steps(TenantDir("second") + "/steps.jsonl");
+  int n = 0;
+  for (std::string line; std::getline(steps, line); ++n) {
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_LE(j["behaviour_versions"][1].get<uint64_t>(), j["trained_at"].get<uint64_t>()) << line;
+  }
+  EXPECT_EQ(n, 4);
+  EXPECT_EQ(ReadAll(TenantDir("second") + "/trainer.log").find("newer than"), std::string::npos);
+  // The verifier's counters for `second` are its own (a late group of `first` did not reset them).
+  for (const serve::TenantView& v : service_->Tenants()) {
+    if (std::string(v.record.id) != "second") continue;
+    EXPECT_GE(v.verifier.groups, v.trainer.groups);
+    EXPECT_EQ(v.trainer.steps, 4u);
+  }
+
+  // `first` has no row any more, and is still reported, with its figures, to its owner.
+  EXPECT_EQ(row_of("first").first, -1);
+  const pb::ControlReply all = call(tokens->admin(), StatusOf(""));
+  ASSERT_TRUE(all.ok()) << all.error();
+  std::map<std::string, pb::TenantStatus> by_id;
+  for (const pb::TenantStatus& t : all.status().tenants()) by_id[t.id()] = t;
+  ASSERT_EQ(by_id.size(), 3u);
+  EXPECT_EQ(by_id["first"].state(), "finished");
+  EXPECT_EQ(by_id["first"].step(), 4u);
+  EXPECT_EQ(by_id["first"].task(), "countdown");
+  EXPECT_EQ(by_id["long"].state(), "stopped");
+  EXPECT_EQ(by_id["second"].state(), "finished");
+  const pb::ControlReply own = call(first.submit().token(), StatusOf(""));
+  ASSERT_TRUE(own.ok()) << own.error();
+  ASSERT_EQ(own.status().tenants_size(), 1);
+  EXPECT_EQ(own.status().tenants(0).id(), "first");
+  EXPECT_FALSE(call(first.submit().token(), StatusOf("second")).ok());
+}
+
 // `marlaas serve` on the test's state dir as a process of its own; returns its pid.
 pid_t StartServeProcess(const std::string& state_dir) {
   const std::string bin = std::string(MARLAAS_BIN_DIR) + "/marlaas",
@@ -328,7 +408,14 @@ TEST_F(PipelineTest, KillNineOfServeThenRestartResumesEveryTenant) {
     ASSERT_TRUE(r.ok()) << r.error();
     token[id] = r.submit().token();
   }
+  // A short tenant settles before the kill; the restarted service (empty table) still reports it.
+  const pb::ControlReply tres = Call(state_dir_, "", Submit(SmallJob("tres", "countdown", 3, 43)));
+  ASSERT_TRUE(tres.ok()) << tres.error();
   std::map<std::string, size_t> lines_at_kill;
+  const pb::TenantStatus settled = WaitForStatus(
+      state_dir_, tres.submit().token(), "tres",
+      [](const pb::TenantStatus& t) { return t.state() == "finished"; }, 120);
+  ASSERT_EQ(settled.state(), "finished");
   for (const std::string& id : ids) {
     const pb::TenantStatus s = WaitForStatus(
         state_dir_, token[id], id, [](const pb::TenantStatus& t) { return t.step() >= 7; }, 120);
@@ -346,6 +433,10 @@ TEST_F(PipelineTest, KillNineOfServeThenRestartResumesEveryTenant) {
     EXPECT_EQ(s.state(), "finished") << id << " was not resumed to the end (token kept?)";
     EXPECT_EQ(s.step(), 30u) << id;
   }
+  const pb::TenantStatus after = WaitForStatus(
+      state_dir_, tres.submit().token(), "tres", [](const pb::TenantStatus&) { return true; }, 10);
+  EXPECT_EQ(after.state(), "finished");
+  EXPECT_EQ(after.step(), 3u);
   ::kill(serve, SIGTERM);
   ::waitpid(serve, nullptr, 0);
   for (const std::string& id : ids) {

@@ -13,9 +13,11 @@
 #include <thread>
 
 #include "base/file_util.h"
+#include "procs/cli/cli.h"
 #include "procs/cli/control_client.h"
 #include "procs/serve/control_frame.h"
 #include "procs/serve/control_server.h"
+#include "procs/serve/tenant_status.h"
 #include "procs/serve/tokens.h"
 
 namespace marlaas::serve {
@@ -212,6 +214,74 @@ TEST(TokensTest, AdminAndTenantTokensAreSeparateAndPersist) {
   EXPECT_TRUE(again->Allows(bob, "bob"));
   EXPECT_EQ(cli::ResolveToken(dir, ""), tokens->admin());
   EXPECT_EQ(cli::ResolveToken(dir, "explicit"), "explicit");
+}
+
+// `status` keeps settled tenants from their status.json (also one written before a restart);
+// a tenant with a final state but no readable status.json still shows its state and reason.
+TEST(SettledStatusTest, SettledTenantsAreReadBackFromTheStateDir) {
+  const std::string dir = TempDir("settled");
+  for (const char* id : {"done", "legacy", "torn", "running", "skipped"})
+    fs::create_directories(dir + "/tenants/" + id);
+  pb::TenantStatus done;
+  done.set_id("done");
+  done.set_task("countdown");
+  done.set_state("finished");
+  done.set_step(12);
+  done.set_reward_mean(0.75);
+  ASSERT_TRUE(WriteSettledStatus(dir + "/tenants/done", done).ok());
+  std::ofstream(dir + "/tenants/done/state") << "finished\n";
+  std::ofstream(dir + "/tenants/legacy/state") << "failed: verifier: exit code 3\n";
+  std::ofstream(dir + "/tenants/legacy/job.json")
+      << "{\"tenant\":\"legacy\",\"task\":\"arithmetic\"}";
+  std::ofstream(dir + "/tenants/torn/state") << "stopped: stopped by its owner\n";
+  std::ofstream(dir + "/tenants/torn/status.json") << "{\"id\": \"torn\", \"st";
+  std::ofstream(dir + "/tenants/running/job.json") << "{}";
+  std::ofstream(dir + "/tenants/skipped/state") << "finished\n";
+
+  const auto all = SettledTenantsOnDisk(dir, {"skipped"});
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].id(), "done");
+  EXPECT_EQ(all[0].step(), 12u);
+  EXPECT_DOUBLE_EQ(all[0].reward_mean(), 0.75);
+  EXPECT_EQ(all[0].task(), "countdown");
+  EXPECT_EQ(all[1].id(), "legacy");
+  EXPECT_EQ(all[1].state(), "failed");
+  EXPECT_EQ(all[1].reason(), "verifier: exit code 3");
+  EXPECT_EQ(all[1].task(), "arithmetic");
+  EXPECT_EQ(all[2].id(), "torn");
+  EXPECT_EQ(all[2].state(), "stopped");
+  EXPECT_EQ(all[2].reason(), "stopped by its owner");
+  fs::remove_all(dir);
+}
+
+// Numeric flags are parsed strictly: junk, a trailing suffix or an out-of-range value is refused
+// with the flag named (serve then exits with 2 before starting anything).
+TEST(CommandLineTest, NumericFlagsAreCheckedAndNamed) {
+  std::vector<std::string> args = {"--max-tenants", "12", "--timeout-s=2.5", "rest"};
+  long long n = 0;
+  double x = 0;
+  ASSERT_TRUE(cli::TakeInteger(&args, "serve", "--max-tenants", 1, 256, &n));
+  ASSERT_TRUE(cli::TakeNumber(&args, "serve", "--timeout-s", 1, 10, &x));
+  EXPECT_EQ(n, 12);
+  EXPECT_DOUBLE_EQ(x, 2.5);
+  EXPECT_EQ(args, std::vector<std::string>{"rest"});
+  long long absent = 7;
+  ASSERT_TRUE(cli::TakeInteger(&args, "serve", "--threads", 1, 8, &absent));
+  EXPECT_EQ(absent, 7);
+  for (const char* bad : {"abc", "12x", "", "0", "257", "1.5"}) {
+    std::vector<std::string> a = {"--max-tenants", bad};
+    ::testing::internal::CaptureStderr();
+    EXPECT_FALSE(cli::TakeInteger(&a, "serve", "--max-tenants", 1, 256, &n)) << bad;
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("--max-tenants: '" + std::string(bad) + "'"), std::string::npos) << err;
+  }
+  std::vector<std::string> a = {"--timeout-s", "nan"};
+  ::testing::internal::CaptureStderr();
+  EXPECT_FALSE(cli::TakeNumber(&a, "serve", "--timeout-s", 1, 10, &x));
+  (void)::testing::internal::GetCapturedStderr();
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli::RunServe({"--max-tenants", "300"}), 2);
+  EXPECT_NE(::testing::internal::GetCapturedStderr().find("[1, 256]"), std::string::npos);
 }
 
 }  // namespace

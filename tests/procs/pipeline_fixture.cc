@@ -70,7 +70,7 @@ void PipelineTest::StartService() {
   o.stage.threads = 1;
   o.stage.verifier_workers = 2;
   o.bin_dir = MARLAAS_BIN_DIR;
-  o.max_tenants = 16;
+  o.max_tenants = max_tenants_;
   o.memory_budget_bytes = memory_budget_bytes_;
   auto s = serve::Service::Start(o);
   ASSERT_TRUE(s.ok()) << s.status().ToString();

@@ -42,6 +42,7 @@ class PipelineTest : public ::testing::Test {
   std::string ReadAll(const std::string& path) const;
 
   uint64_t memory_budget_bytes_ = 0;  // StartService's admission budget (0: none)
+  int max_tenants_ = 16;              // StartService's tenants at a time
   std::string instance_;
   std::string state_dir_;
   std::unique_ptr<serve::Service> service_;

@@ -4,7 +4,10 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/test_util.h"
@@ -97,6 +100,89 @@ TEST(AdapterStoreTest, VersionsMustIncreaseAndSlotsBeHeld) {
   ASSERT_TRUE(store->BeginWrite(0).ok());
   EXPECT_EQ(store->Publish(0, 5).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(store->Register(7, "dave", SmallLayout()).code(), StatusCode::kInvalidArgument);
+}
+
+// A slot registered again for a new tenant (its row was reused) starts empty: nothing of the
+// old tenant is readable, and the new tenant's versions start again from 1.
+TEST(AdapterStoreTest, ASlotGivenToANewTenantStartsEmpty) {
+  ScopedInstance inst;
+  auto store = AdapterStore::Create(inst.name(), {2, 1 << 16});
+  ASSERT_TRUE(store.ok());
+  const AdapterLayout l = SmallLayout();
+  ASSERT_TRUE(store->Register(1, "old", l).ok());
+  for (uint64_t v = 1; v <= 7; ++v) {
+    auto span = store->BeginWrite(1);
+    ASSERT_TRUE(span.ok());
+    Fill(static_cast<float*>(span->data), l.NumElements(), 100 + v);
+    ASSERT_TRUE(store->Publish(1, v).ok());
+  }
+  ASSERT_TRUE(store->Release(1).ok());
+  ASSERT_TRUE(store->Register(1, "new", l).ok());
+  std::vector<float> out(l.NumElements());
+  EXPECT_EQ(store->ReadLatest(1, out.data(), out.size() * 4, Deadline::AfterMs(10)).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(*store->PublishedVersion(1), 0u);
+  auto span = store->BeginWrite(1);
+  ASSERT_TRUE(span.ok());
+  Fill(static_cast<float*>(span->data), l.NumElements(), 201);
+  ASSERT_TRUE(store->Publish(1, 1).ok());
+  AdapterSlotInfo owner;
+  auto v = store->ReadLatest(1, out.data(), out.size() * 4, Deadline::AfterMs(100), &owner);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(*v, 1u);
+  EXPECT_STREQ(owner.tenant_id, "new");
+  EXPECT_EQ(owner.generation, 2u);
+  for (uint64_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], Pattern(201, i));
+}
+
+// Property: while the slot passes from tenant to tenant (each publishing a few versions), a
+// reader's copy always belongs to the tenant ReadLatest names as its owner. Tenant k writes the
+// pattern of 1000 k + version.
+TEST(AdapterStoreTest, ReadsWhileTheSlotChangesHandsNameTheRightOwner) {
+  ScopedInstance inst;
+  auto store = AdapterStore::Create(inst.name(), {1, 1 << 16});
+  ASSERT_TRUE(store.ok());
+  const AdapterLayout l = SmallLayout();
+  std::atomic<bool> stop{false};
+  std::atomic<int> checked{0}, wrong{0};
+  std::thread reader([&] {
+    auto r = AdapterStore::Attach(inst.name());
+    if (!r.ok()) {
+      ++wrong;
+      return;
+    }
+    std::vector<float> out(l.NumElements());
+    while (!stop.load()) {
+      AdapterSlotInfo owner;
+      auto v = r->ReadLatest(0, out.data(), out.size() * 4, Deadline::AfterMs(100), &owner);
+      if (!v.ok()) continue;
+      const uint64_t tag = 1000 * std::stoull(owner.tenant_id + 1) + *v;
+      for (uint64_t i = 0; i < out.size(); ++i) {
+        if (out[i] != Pattern(tag, i)) {
+          ++wrong;
+          break;
+        }
+      }
+      ++checked;
+    }
+  });
+  // Until the reader has checked many copies (at most a million handovers).
+  for (int k = 1; k <= 1000000 && (k <= 3000 || checked.load() < 20000); ++k) {
+    if (k > 1) {
+      ASSERT_TRUE(store->Release(0).ok());
+    }
+    ASSERT_TRUE(store->Register(0, "t" + std::to_string(k), l).ok());
+    for (uint64_t v = 1; v <= 2; ++v) {
+      auto span = store->BeginWrite(0);
+      ASSERT_TRUE(span.ok());
+      Fill(static_cast<float*>(span->data), l.NumElements(), 1000 * uint64_t(k) + v);
+      ASSERT_TRUE(store->Publish(0, v).ok());
+    }
+  }
+  stop = true;
+  reader.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_GT(checked.load(), 0);
 }
 
 TEST(AdapterStoreTest, AdapterLargerThanTheBuffersIsRefused) {
