@@ -26,6 +26,8 @@ const std::vector<Command>& Commands() {
        RunLogs},
       {"report", "[--state-dir DIR] [--out DIR]",
        "reward curves, utilisation timeline and a table from a service's state dir", RunReport},
+      {"bench", "pipeline [--tenants 1,8,32] [--steps K] [--seeds N] [--json FILE]",
+       "sequential_sync vs multi_tenant_sync vs async on the same tenants, in one run", RunBench},
       {"validate", "JOB.json", "check a job spec and print it with every default filled in",
        RunValidate},
       {"segments", "[--instance NAME]", "list MARLaaS shared-memory segments and their owners",

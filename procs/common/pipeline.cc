@@ -66,6 +66,12 @@ Result<StageArgs> ParseStageArgs(const std::vector<std::string>& argv) {
         return Status(StatusCode::kInvalidArgument, "--prepared-sandboxes takes 0 to 64");
     } else if (f == "--allow-weak-sandbox") {
       a.allow_weak_sandbox = true;
+    } else if (f == "--lockstep") {
+      a.lockstep = true;
+    } else if (f == "--env-latency-ms") {
+      MARLAAS_RETURN_IF_ERROR(value(&v));
+      if (!ParseIntIn(v, 0, 600000, &a.env_latency_ms))
+        return Status(StatusCode::kInvalidArgument, "--env-latency-ms takes 0 to 600000");
     } else {
       return Status(StatusCode::kInvalidArgument, "unexpected argument '" + f + "'");
     }
@@ -91,6 +97,11 @@ std::vector<std::string> StageArgv(const StageArgs& a) {
                                 "--prepared-sandboxes",
                                 std::to_string(a.prepared_sandboxes)};
   if (a.allow_weak_sandbox) v.push_back("--allow-weak-sandbox");
+  if (a.lockstep) v.push_back("--lockstep");
+  if (a.env_latency_ms > 0) {
+    v.push_back("--env-latency-ms");
+    v.push_back(std::to_string(a.env_latency_ms));
+  }
   return v;
 }
 

@@ -51,6 +51,15 @@ struct StageArgs {
   // most.
   int prepared_sandboxes = 1;
   bool allow_weak_sandbox = false;
+  // The synchronous baselines of `marlaas bench pipeline` (DESIGN.md §7): the rollout samples in
+  // rounds (each unfinished tenant's next step, all of them, then nothing until every group of
+  // the round is trained) and the trainer steps only when every unfinished tenant has its batch,
+  // so generation and training never overlap. Off in the service.
+  bool lockstep = false;
+  // Modelled remote tools and environments: the verifier returns each result (a scored group or
+  // a tool result) this much later, drawn from a lognormal with this median (sigma 0.5), without
+  // holding a worker meanwhile. 0: off.
+  int env_latency_ms = 0;
 };
 Result<StageArgs> ParseStageArgs(const std::vector<std::string>& argv);
 std::vector<std::string> StageArgv(const StageArgs& args);

@@ -43,6 +43,7 @@ struct RolloutTenant {
   uint64_t retired = 0;              // trainer: trained + dropped
   uint64_t dropped = 0;              // trainer: dropped
   bool finished = false;             // trainer reached max_steps, or the tenant left
+  uint64_t round_quota = 0;          // lockstep: groups still to start in the current round
   TenantMetrics metrics{};           // ours: groups committed, cursor, samples, tokens
 };
 
@@ -227,6 +228,30 @@ void Rollout::StartGroups() {
   if (tenants_.empty()) return;
   std::vector<RolloutTenant*> order;
   for (auto& [row, t] : tenants_) order.push_back(t.get());
+  auto in_flight_of = [](const RolloutTenant* t) {
+    const uint64_t committed = t->metrics.groups;
+    return committed + t->open_groups - std::min(committed, t->retired);
+  };
+  auto needed_of = [](const RolloutTenant* t) {
+    return uint64_t(t->spec.max_steps()) * t->spec.prompts_per_step() + t->dropped;
+  };
+  if (args_.lockstep) {
+    // A round ends when every group started in it has been trained; then every unfinished tenant
+    // gets its next step's groups (started as the batch has room).
+    bool round_open = false, busy = false;
+    for (const RolloutTenant* t : order) {
+      round_open = round_open || t->round_quota > 0;
+      busy = busy || in_flight_of(t) > 0;
+    }
+    if (!round_open && busy) return;
+    if (!round_open) {
+      for (RolloutTenant* t : order) {
+        const uint64_t started = t->metrics.groups + t->open_groups;
+        if (t->finished || !t->adapter || started >= needed_of(t)) continue;
+        t->round_quota = std::min<uint64_t>(t->spec.prompts_per_step(), needed_of(t) - started);
+      }
+    }
+  }
   // Round-robin over tenants, one group each per pass, while the batch has room.
   bool progress = true;
   while (progress) {
@@ -234,14 +259,13 @@ void Rollout::StartGroups() {
     for (size_t k = 0; k < order.size(); ++k) {
       RolloutTenant* t = order[(next_tenant_rr_ + k) % order.size()];
       if (t->finished || !t->adapter) continue;
+      if (args_.lockstep && t->round_quota == 0) continue;
       if (gen_.active() + t->spec.group_size() > kMaxActiveSequences && gen_.active() > 0) return;
-      const uint64_t committed = t->metrics.groups;
-      const uint64_t in_flight = committed + t->open_groups - std::min(committed, t->retired);
       const uint64_t bound = uint64_t(t->spec.max_staleness() + 1) * t->spec.prompts_per_step();
-      const uint64_t needed = uint64_t(t->spec.max_steps()) * t->spec.prompts_per_step();
-      if (in_flight >= bound) continue;
-      if (committed + t->open_groups >= needed + t->dropped) continue;
+      if (!args_.lockstep && in_flight_of(t) >= bound) continue;
+      if (t->metrics.groups + t->open_groups >= needed_of(t)) continue;
       StartGroup(t);
+      if (args_.lockstep) --t->round_quota;
       progress = true;
     }
     next_tenant_rr_ = (next_tenant_rr_ + 1) % order.size();

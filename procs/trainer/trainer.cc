@@ -152,6 +152,7 @@ Status Trainer::StartTenant(const pipeline::WatchedTenant& w) {
   t->retired_total = t->ck.groups_trained + t->ck.groups_dropped;
   t->checkpointed_retired = t->retired_total;
   t->finished = t->ck.steps >= t->spec.max_steps();
+  t->last_arrival_ns = MonotonicNanos();  // lockstep waits for its first batch too
 
   // Our slot is the tenant's table row. Register it unless it already holds this tenant.
   auto info = store_.Info(t->row);
@@ -328,6 +329,15 @@ void Trainer::TrainReady(bool under_pressure) {
   std::vector<rl::TenantStep> steps;
   std::vector<size_t> step_of;  // index into steps per stepping tenant, or npos
   std::map<TrainTenant*, int> degenerate_in_step;
+  if (args_.lockstep && forced == nullptr) {
+    // Only when every unfinished tenant has its batch (or has waited past the partial-step
+    // timeout), so all of them step together and the rollout's next round starts after.
+    for (auto& [row, tp] : tenants_) {
+      const TrainTenant* t = tp.get();
+      const bool idle = MonotonicNanos() - t->last_arrival_ns > kPartialStepAfterNs;
+      if (!t->finished && t->ready.size() < t->spec.prompts_per_step() && !idle) return;
+    }
+  }
   for (auto& [row, tp] : tenants_) {
     TrainTenant* t = tp.get();
     const size_t need = t->spec.prompts_per_step();

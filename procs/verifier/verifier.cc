@@ -1,11 +1,13 @@
 #include "procs/verifier/verifier.h"
 
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -42,6 +44,7 @@ struct Slot {
   RecordView view;
   std::shared_ptr<Job> job;  // null: nothing to output (a quarantined record)
   bool pushed = false;
+  int64_t ready_ns = 0;  // --env-latency-ms: not returned before this (monotonic)
 };
 
 // Worker threads; at most `cap` jobs of one tenant run at once.
@@ -183,6 +186,8 @@ class Verifier {
   std::map<int, TenantMetrics> tenant_metrics_;
   EngineMetrics engine_{};
   Pool pool_;
+  std::mt19937_64 latency_rng_{0x1a7e5eedULL};
+  std::normal_distribution<double> latency_noise_{0.0, 1.0};
 };
 
 TenantMetrics* Verifier::MetricsOf(int row, uint64_t generation) {
@@ -301,6 +306,10 @@ Status Verifier::Run() {
         Slot s;
         s.view = *rec;
         s.job = MakeJob(*rec);
+        if (args_.env_latency_ms > 0) {
+          const double ms = args_.env_latency_ms * std::exp(0.5 * latency_noise_(latency_rng_));
+          s.ready_ns = MonotonicNanos() + int64_t(ms * 1e6);
+        }
         if (s.job) pool_.Submit(s.job);
         window.push_back(std::move(s));
         continue;
@@ -317,9 +326,11 @@ Status Verifier::Run() {
     // Commit finished work as it comes, but each tenant's in ring order (a tenant still waiting
     // on an earlier record holds back only its own later ones).
     std::set<std::string> blocked;
+    const int64_t now = MonotonicNanos();
     for (Slot& s : window) {
       if (!s.job || s.pushed) continue;
-      if (!blocked.count(s.job->tenant_key) && pool_.IsDone(*s.job)) Finish(&s);
+      if (!blocked.count(s.job->tenant_key) && now >= s.ready_ns && pool_.IsDone(*s.job))
+        Finish(&s);
       if (!s.pushed) blocked.insert(s.job->tenant_key);
     }
     // Acknowledge the finished prefix.

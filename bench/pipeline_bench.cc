@@ -1,0 +1,160 @@
+#include "bench/pipeline_bench.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "base/file_util.h"
+#include "procs/common/evaluation.h"
+#include "procs/common/pipeline.h"
+#include "procs/serve/monitor.h"
+#include "procs/serve/service.h"
+#include "proto/job_spec.h"
+
+namespace marlaas::bench {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool IsSync(const std::string& mode) { return mode != "async"; }
+
+// The latest checkpoint folder of a tenant, or "" when it has none.
+std::string LatestCheckpoint(const std::string& state_dir, const std::string& tenant) {
+  const std::string dir = pipeline::TenantDir(state_dir, tenant) + "/checkpoints";
+  auto latest = ReadFile(dir + "/LATEST");
+  if (!latest.ok()) return "";
+  std::string name = *latest;
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  return name.empty() ? "" : dir + "/" + name;
+}
+
+}  // namespace
+
+std::vector<pb::JobSpec> BenchJobs(int tenants, int steps, uint64_t seed, int eval_prompts) {
+  static const char* kTasks[] = {"arithmetic", "countdown", "python_functions", "calculator_tool"};
+  std::vector<pb::JobSpec> jobs;
+  for (int k = 0; k < tenants; ++k) {
+    pb::JobSpec j;
+    j.set_tenant("t" + std::to_string(k));
+    j.set_task(kTasks[k % 4]);
+    j.mutable_dataset()->set_seed(1000 * seed + uint64_t(k) + 1);
+    j.mutable_dataset()->set_difficulty(1);
+    j.mutable_dataset()->set_eval_prompts(uint32_t(eval_prompts));
+    j.mutable_optimizer()->set_learning_rate(3e-3f);
+    j.mutable_sampling()->set_max_new_tokens(40);
+    j.mutable_sampling()->set_seed(1000 * seed + uint64_t(k) + 7);
+    j.set_group_size(4);
+    j.set_prompts_per_step(2);
+    j.set_max_steps(uint32_t(steps));
+    j.set_max_staleness(1);
+    j.set_checkpoint_every(uint32_t(std::max(1, steps)));
+    ApplyJobSpecDefaults(&j);
+    jobs.push_back(j);
+  }
+  return jobs;
+}
+
+Result<PipelineRun> RunPipelineMode(const std::string& mode, int tenants, uint64_t seed,
+                                    const PipelineBenchOptions& o) {
+  if (std::find(PipelineModes().begin(), PipelineModes().end(), mode) == PipelineModes().end())
+    return Status(StatusCode::kInvalidArgument, "unknown pipeline mode '" + mode + "'");
+  if (tenants < 1 || tenants > kMaxTenants) {
+    return Status(StatusCode::kInvalidArgument, "tenants must be 1-" + std::to_string(kMaxTenants));
+  }
+  static int runs = 0;
+  const std::string name = mode + "-" + std::to_string(tenants) + "-s" + std::to_string(seed) +
+                           "-" + std::to_string(getpid()) + "-" + std::to_string(runs++);
+  serve::ServiceOptions so;
+  so.stage.instance = "bench" + std::to_string(getpid()) + "r" + std::to_string(runs);
+  so.stage.state_dir = o.work_dir + "/" + name;
+  so.stage.model_dir = o.model_dir;
+  so.stage.threads = o.threads;
+  so.stage.verifier_workers = o.verifier_workers;
+  so.stage.lockstep = IsSync(mode);
+  so.stage.env_latency_ms = o.env_latency_ms;
+  so.bin_dir = o.bin_dir;
+  so.max_tenants = tenants;
+  std::vector<pb::JobSpec> jobs = BenchJobs(tenants, o.steps, seed, o.eval_prompts);
+  if (IsSync(mode))
+    for (pb::JobSpec& j : jobs) j.set_max_staleness(0);
+
+  std::error_code ec;
+  fs::remove_all(so.stage.state_dir, ec);
+  MARLAAS_ASSIGN_OR_RETURN(std::unique_ptr<serve::Service> service, serve::Service::Start(so));
+  PipelineRun run;
+  run.mode = mode;
+  run.tenants = tenants;
+  run.seed = seed;
+  // The clock starts with the first admission: the stages are up and have loaded the base.
+  serve::Monitor monitor;
+  size_t admitted = 0;
+  auto admit = [&]() -> Status {
+    MARLAAS_RETURN_IF_ERROR(service->Admit(jobs[admitted]));
+    ++admitted;
+    return Status::Ok();
+  };
+  if (mode == "sequential_sync") {
+    MARLAAS_RETURN_IF_ERROR(admit());
+  } else {
+    while (admitted < jobs.size()) MARLAAS_RETURN_IF_ERROR(admit());
+  }
+  bool timed_out = false;
+  for (;;) {
+    service->Tick();
+    monitor.Sample(*service);
+    if (service->AllDone()) {
+      if (admitted == jobs.size()) break;
+      MARLAAS_RETURN_IF_ERROR(admit());  // sequential: the previous tenant is done
+      continue;
+    }
+    if (monitor.wall_s() > o.timeout_s) {
+      timed_out = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  monitor.Sample(*service);
+  run.wall_s = monitor.wall_s();
+  run.util_rollout = monitor.Utilization(pipeline::kRolloutRole);
+  run.util_verifier = monitor.Utilization(pipeline::kVerifierRole);
+  run.util_trainer = monitor.Utilization(pipeline::kTrainerRole);
+  run.complete = !timed_out;
+  for (const serve::TenantView& v : service->Tenants()) {
+    run.samples += v.verifier.samples;
+    run.groups_dropped += v.trainer.groups_dropped;
+    for (int b = 0; b < kStalenessBuckets; ++b) run.staleness[size_t(b)] += v.trainer.staleness[b];
+    if (v.record.state != TenantState::kFinished || v.trainer.steps < uint64_t(o.steps))
+      run.complete = false;
+  }
+  if (service->Tenants().size() != jobs.size()) run.complete = false;
+  for (const serve::StageView& s : service->Stages()) run.stage_restarts += s.restarts;
+  run.samples_per_s = run.wall_s > 0 ? double(run.samples) / run.wall_s : 0;
+  service->Stop();
+  service.reset();
+
+  // Quality: the held-out greedy reward of every tenant's last checkpoint (not timed).
+  double sum = 0;
+  for (const pb::JobSpec& j : jobs) {
+    const std::string ckpt = LatestCheckpoint(so.stage.state_dir, j.tenant());
+    MARLAAS_ASSIGN_OR_RETURN(
+        pipeline::EvalResult r,
+        pipeline::EvaluateHeldOut(o.model_dir, j, ckpt, int(j.dataset().eval_prompts())));
+    run.final_rewards.push_back(r.mean_reward);
+    sum += r.mean_reward;
+  }
+  run.final_reward_mean = jobs.empty() ? 0 : sum / double(jobs.size());
+  if (!o.keep_state) fs::remove_all(so.stage.state_dir, ec);
+  if (!o.quiet) {
+    std::printf("  %-17s %3d tenants  seed %llu  %7.1f s  util rollout %.2f trainer %.2f  %s\n",
+                mode.c_str(), tenants, (unsigned long long)seed, run.wall_s, run.util_rollout,
+                run.util_trainer, run.complete ? "" : "INCOMPLETE");
+    std::fflush(stdout);
+  }
+  return run;
+}
+
+}  // namespace marlaas::bench

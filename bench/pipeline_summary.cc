@@ -1,0 +1,161 @@
+#include "bench/pipeline_summary.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+
+namespace marlaas::bench {
+namespace {
+
+using json = nlohmann::json;
+
+const PipelineRow* Find(const PipelineSummary& s, const std::string& mode, int tenants) {
+  for (const PipelineRow& r : s.rows)
+    if (r.mode == mode && r.tenants == tenants) return &r;
+  return nullptr;
+}
+
+double EngineUtil(const PipelineRow& r) { return (r.util_rollout + r.util_trainer) / 2; }
+
+}  // namespace
+
+PipelineSummary SummarisePipelineRuns(const std::vector<PipelineRun>& runs) {
+  PipelineSummary s;
+  std::map<std::pair<int, int>, std::vector<const PipelineRun*>> groups;  // (tenants, mode)
+  for (const PipelineRun& r : runs) {
+    const int mode_index = int(std::find(PipelineModes().begin(), PipelineModes().end(), r.mode) -
+                               PipelineModes().begin());
+    groups[{r.tenants, mode_index}].push_back(&r);
+  }
+  for (auto& [key, rs] : groups) {
+    PipelineRow row;
+    row.mode = rs.front()->mode;
+    row.tenants = key.first;
+    row.seeds = int(rs.size());
+    const double n = double(rs.size());
+    double lo = 1e9, hi = -1e9;
+    row.tenant_reward_mean.assign(size_t(row.tenants), 0.0);
+    std::vector<double> t_lo(size_t(row.tenants), 1e9), t_hi(size_t(row.tenants), -1e9);
+    for (const PipelineRun* r : rs) {
+      row.complete = row.complete && r->complete;
+      row.wall_s += r->wall_s / n;
+      row.util_rollout += r->util_rollout / n;
+      row.util_verifier += r->util_verifier / n;
+      row.util_trainer += r->util_trainer / n;
+      row.samples_per_s += r->samples_per_s / n;
+      row.final_reward_mean += r->final_reward_mean / n;
+      lo = std::min(lo, r->final_reward_mean);
+      hi = std::max(hi, r->final_reward_mean);
+      for (size_t t = 0; t < r->final_rewards.size() && t < size_t(row.tenants); ++t) {
+        row.tenant_reward_mean[t] += r->final_rewards[t] / n;
+        t_lo[t] = std::min(t_lo[t], r->final_rewards[t]);
+        t_hi[t] = std::max(t_hi[t], r->final_rewards[t]);
+      }
+      for (int b = 0; b < kStalenessBuckets; ++b)
+        row.staleness[size_t(b)] += r->staleness[size_t(b)];
+      row.groups_dropped += r->groups_dropped;
+    }
+    row.final_reward_spread = hi - lo;
+    for (size_t t = 0; t < size_t(row.tenants); ++t)
+      row.tenant_reward_spread.push_back(t_hi[t] >= t_lo[t] ? t_hi[t] - t_lo[t] : 0.0);
+    row.idle_fraction = 1 - EngineUtil(row);
+    s.rows.push_back(std::move(row));
+  }
+  for (const PipelineRow& r : s.rows) {
+    if (r.mode != "async") continue;
+    const PipelineRow* seq = Find(s, "sequential_sync", r.tenants);
+    if (seq == nullptr || r.wall_s <= 0 || EngineUtil(*seq) <= 0) continue;
+    PipelineRatio q;
+    q.tenants = r.tenants;
+    q.speedup = seq->wall_s / r.wall_s;
+    q.util_ratio = EngineUtil(r) / EngineUtil(*seq);
+    if (const PipelineRow* multi = Find(s, "multi_tenant_sync", r.tenants);
+        multi != nullptr && multi->wall_s > 0)
+      q.multi_speedup = seq->wall_s / multi->wall_s;
+    q.quality_within_spread = std::fabs(r.final_reward_mean - seq->final_reward_mean) <=
+                              std::max({r.final_reward_spread, seq->final_reward_spread, 0.05});
+    s.ratios.push_back(q);
+    if (r.tenants == 32) {
+      s.targets.push_back(
+          {"32 tenants: end-to-end time sequential_sync / async", q.speedup, 7.0, true});
+      s.targets.push_back(
+          {"32 tenants: engine utilisation async / sequential_sync", q.util_ratio, 4.5, true});
+      s.targets.push_back({"32 tenants: |final reward async - sequential| within the spread",
+                           q.quality_within_spread ? 1.0 : 0.0, 1.0, true});
+    }
+  }
+  return s;
+}
+
+std::string PipelineTable(const PipelineSummary& s) {
+  std::string out =
+      "mode               tenants seeds   wall_s  util_roll  util_train  util_verif  idle  "
+      "samples/s  reward (spread)  stale>0  dropped\n";
+  char line[256];
+  for (const PipelineRow& r : s.rows) {
+    uint64_t stale = 0;
+    for (int b = 1; b < kStalenessBuckets; ++b) stale += r.staleness[size_t(b)];
+    std::snprintf(
+        line, sizeof(line),
+        "%-18s %7d %5d %8.1f %10.2f %11.2f %11.2f %5.2f %10.1f  %.3f (%.3f)  %7llu %8llu%s\n",
+        r.mode.c_str(), r.tenants, r.seeds, r.wall_s, r.util_rollout, r.util_trainer,
+        r.util_verifier, r.idle_fraction, r.samples_per_s, r.final_reward_mean,
+        r.final_reward_spread, (unsigned long long)stale, (unsigned long long)r.groups_dropped,
+        r.complete ? "" : "  INCOMPLETE");
+    out += line;
+  }
+  for (const PipelineRatio& q : s.ratios) {
+    std::snprintf(line, sizeof(line),
+                  "%d tenants: async is %.2fx faster end to end than sequential_sync "
+                  "(multi_tenant_sync %.2fx), engine utilisation %.2fx; final reward %s\n",
+                  q.tenants, q.speedup, q.multi_speedup, q.util_ratio,
+                  q.quality_within_spread ? "within the spread" : "OUTSIDE the spread");
+    out += line;
+  }
+  return out;
+}
+
+std::string PipelineJson(const PipelineSummary& s, double env_latency_ms, int steps) {
+  json doc = {{"steps", steps},
+              {"env_latency_ms", env_latency_ms},
+              {"runs", json::array()},
+              {"ratios", json::array()}};
+  for (const PipelineRow& r : s.rows) {
+    doc["runs"].push_back({{"mode", r.mode},
+                           {"tenants", r.tenants},
+                           {"seeds", r.seeds},
+                           {"complete", r.complete},
+                           {"wall_s", r.wall_s},
+                           {"util_rollout", r.util_rollout},
+                           {"util_trainer", r.util_trainer},
+                           {"util_verifier", r.util_verifier},
+                           {"idle_fraction", r.idle_fraction},
+                           {"samples_per_s", r.samples_per_s},
+                           {"final_reward_mean", r.final_reward_mean},
+                           {"final_reward_spread", r.final_reward_spread},
+                           {"tenant_final_reward", r.tenant_reward_mean},
+                           {"tenant_final_reward_spread", r.tenant_reward_spread},
+                           {"staleness_histogram", r.staleness},
+                           {"groups_dropped", r.groups_dropped}});
+  }
+  for (const PipelineRatio& q : s.ratios) {
+    doc["ratios"].push_back({{"tenants", q.tenants},
+                             {"speedup_async_vs_sequential", q.speedup},
+                             {"speedup_multi_sync_vs_sequential", q.multi_speedup},
+                             {"util_ratio_async_vs_sequential", q.util_ratio},
+                             {"quality_within_spread", q.quality_within_spread}});
+  }
+  doc["targets"] = json::array();
+  for (const Target& t : s.targets) {
+    doc["targets"].push_back({{"name", t.name},
+                              {"value", t.value},
+                              {"threshold", t.threshold},
+                              {"higher_is_better", t.higher_is_better},
+                              {"met", t.met()}});
+  }
+  return doc.dump(2) + "\n";
+}
+
+}  // namespace marlaas::bench

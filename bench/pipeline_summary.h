@@ -1,0 +1,50 @@
+// Summary of `marlaas bench pipeline`: the runs of each (mode, tenant count) averaged over seeds,
+// with the spread of the final reward over seeds (max - min of the runs' means), the ratios of
+// async to sequential_sync measured in the same invocation (end-to-end speed-up, engine
+// utilisation), the targets of the issue at 32 tenants, a table and the JSON document
+// {"runs":[{"mode","tenants","wall_s","util_rollout","util_trainer","samples_per_s",
+// "final_reward_mean","final_reward_spread",...}], "ratios":[...], "targets":[...]}.
+// Pure functions.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "bench/pipeline_bench.h"
+#include "bench/report.h"
+
+namespace marlaas::bench {
+
+struct PipelineRow {
+  std::string mode;
+  int tenants = 0;
+  int seeds = 0;
+  bool complete = true;  // every run of the row finished every tenant's steps
+  double wall_s = 0, util_rollout = 0, util_verifier = 0, util_trainer = 0, samples_per_s = 0;
+  double idle_fraction = 0;  // 1 - mean of the rollout and trainer utilisation
+  double final_reward_mean = 0, final_reward_spread = 0;
+  std::vector<double> tenant_reward_mean, tenant_reward_spread;  // per tenant over seeds
+  std::array<uint64_t, kStalenessBuckets> staleness{};
+  uint64_t groups_dropped = 0;
+};
+
+// async against sequential_sync at one tenant count.
+struct PipelineRatio {
+  int tenants = 0;
+  double speedup = 0;                  // sequential_sync wall / async wall
+  double util_ratio = 0;               // async / sequential_sync, mean of rollout and trainer
+  double multi_speedup = 0;            // sequential_sync wall / multi_tenant_sync wall (0: not run)
+  bool quality_within_spread = false;  // |reward difference| <= the larger spread (or 0.05)
+};
+
+struct PipelineSummary {
+  std::vector<PipelineRow> rows;
+  std::vector<PipelineRatio> ratios;
+  std::vector<Target> targets;  // at 32 tenants, when measured
+};
+
+PipelineSummary SummarisePipelineRuns(const std::vector<PipelineRun>& runs);
+std::string PipelineTable(const PipelineSummary& s);
+std::string PipelineJson(const PipelineSummary& s, double env_latency_ms, int steps);
+
+}  // namespace marlaas::bench

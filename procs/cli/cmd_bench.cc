@@ -1,0 +1,162 @@
+// `marlaas bench pipeline [--tenants 1,8,32] [--steps K] [--seeds N] [--modes a,b,c]
+// [--env-latency-ms MEDIAN] [--json FILE] [--state-dir DIR] [--model-dir DIR] [--timeout-s S]
+// [--keep-state]`: the three
+// schedules of bench/pipeline_bench.h on the same tenants, base and seeds, in one invocation;
+// prints a table and the async / sequential_sync ratios, writes the JSON of
+// bench/pipeline_summary.h and two SVG plots next to it (FILE.wall.svg, FILE.util.svg). Exit
+// status 1 when a run did not finish or a target (at 32 tenants) was missed.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "base/file_util.h"
+#include "bench/pipeline_summary.h"
+#include "procs/cli/base_model.h"
+#include "procs/cli/cli.h"
+#include "procs/cli/svg_chart.h"
+#include "shm/tenant_table.h"
+
+namespace marlaas::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool ParseList(const std::string& text, std::vector<std::string>* out) {
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    if (item.empty()) return false;
+    out->push_back(item);
+  }
+  return !out->empty();
+}
+
+int BenchPipeline(std::vector<std::string> args) {
+  std::string tenants_s = "1,8,32", modes_s, json_path, work_dir, model_dir;
+  TakeFlag(&args, "--tenants", &tenants_s);
+  TakeFlag(&args, "--modes", &modes_s);
+  TakeFlag(&args, "--json", &json_path);
+  TakeFlag(&args, "--state-dir", &work_dir);
+  TakeFlag(&args, "--model-dir", &model_dir);
+  long long steps = 8, seeds = 2, threads = 1, latency_ms = 0;
+  double timeout_s = 1800;
+  if (!TakeInteger(&args, "bench pipeline", "--steps", 1, 100000, &steps) ||
+      !TakeInteger(&args, "bench pipeline", "--seeds", 1, 100, &seeds) ||
+      !TakeInteger(&args, "bench pipeline", "--threads", 1, 64, &threads) ||
+      !TakeInteger(&args, "bench pipeline", "--env-latency-ms", 0, 600000, &latency_ms) ||
+      !TakeNumber(&args, "bench pipeline", "--timeout-s", 1, 1e7, &timeout_s))
+    return 2;
+  bench::PipelineBenchOptions o;
+  o.keep_state = TakeSwitch(&args, "--keep-state");
+  if (int rc = RejectRest("bench pipeline", args)) return rc;
+  std::vector<std::string> tenant_items, modes;
+  std::vector<int> tenant_counts;
+  if (!ParseList(tenants_s, &tenant_items)) {
+    std::fprintf(stderr, "marlaas bench pipeline: --tenants takes a list like 1,8,32\n");
+    return 2;
+  }
+  for (const std::string& t : tenant_items) {
+    char* end = nullptr;
+    const long n = std::strtol(t.c_str(), &end, 10);
+    if (*end != '\0' || n < 1 || n > kMaxTenants) {
+      std::fprintf(stderr, "marlaas bench pipeline: --tenants: '%s' is not a count in [1, %d]\n",
+                   t.c_str(), kMaxTenants);
+      return 2;
+    }
+    tenant_counts.push_back(int(n));
+  }
+  if (modes_s.empty()) {
+    modes = bench::PipelineModes();
+  } else if (!ParseList(modes_s, &modes)) {
+    std::fprintf(stderr, "marlaas bench pipeline: --modes takes a list of modes\n");
+    return 2;
+  }
+  for (const std::string& m : modes) {
+    if (std::find(bench::PipelineModes().begin(), bench::PipelineModes().end(), m) ==
+        bench::PipelineModes().end()) {
+      std::fprintf(stderr,
+                   "marlaas bench pipeline: unknown mode '%s' (sequential_sync, "
+                   "multi_tenant_sync, async)\n",
+                   m.c_str());
+      return 2;
+    }
+  }
+  if (work_dir.empty()) work_dir = DefaultStateDir() + "/bench";
+  std::error_code ec;
+  fs::create_directories(work_dir, ec);
+  work_dir = fs::absolute(work_dir).string();
+  if (model_dir.empty()) {
+    auto dir = EnsureTinyBase(DefaultStateDir(), nullptr, nullptr);
+    if (!dir.ok()) {
+      std::fprintf(stderr, "marlaas bench pipeline: %s\n", dir.status().ToString().c_str());
+      return 1;
+    }
+    model_dir = *dir;
+  }
+  o.model_dir = fs::absolute(model_dir).string();
+  o.work_dir = work_dir;
+  o.steps = int(steps);
+  o.threads = int(threads);
+  o.env_latency_ms = int(latency_ms);
+  o.timeout_s = timeout_s;
+
+  std::vector<bench::PipelineRun> runs;
+  bool complete = true;
+  for (int n : tenant_counts) {
+    for (long long seed = 1; seed <= seeds; ++seed) {
+      for (const std::string& mode : modes) {
+        auto run = bench::RunPipelineMode(mode, n, uint64_t(seed), o);
+        if (!run.ok()) {
+          std::fprintf(stderr, "marlaas bench pipeline: %s, %d tenants, seed %lld: %s\n",
+                       mode.c_str(), n, seed, run.status().ToString().c_str());
+          return 1;
+        }
+        complete = complete && run->complete;
+        runs.push_back(std::move(*run));
+      }
+    }
+  }
+  const bench::PipelineSummary summary = bench::SummarisePipelineRuns(runs);
+  std::printf("\n%s", bench::PipelineTable(summary).c_str());
+  const int missed = bench::PrintTargets(summary.targets, stdout);
+  if (!json_path.empty()) {
+    Status st = WriteFileAtomically(json_path,
+                                    bench::PipelineJson(summary, double(latency_ms), int(steps)));
+    std::vector<ChartSeries> wall, util;
+    for (const std::string& m : modes) {
+      ChartSeries w{m, {}}, u{m, {}};
+      for (const bench::PipelineRow& r : summary.rows) {
+        if (r.mode != m) continue;
+        w.points.emplace_back(r.tenants, r.wall_s);
+        u.points.emplace_back(r.tenants, (r.util_rollout + r.util_trainer) / 2);
+      }
+      wall.push_back(std::move(w));
+      util.push_back(std::move(u));
+    }
+    if (st.ok())
+      st = WriteFileAtomically(json_path + ".wall.svg",
+                               LineChartSvg("time for every tenant to finish its steps", "tenants",
+                                            "wall seconds", wall));
+    if (st.ok())
+      st = WriteFileAtomically(json_path + ".util.svg",
+                               LineChartSvg("engine utilisation (mean of rollout and trainer)",
+                                            "tenants", "busy fraction", util));
+    if (!st.ok()) {
+      std::fprintf(stderr, "marlaas bench pipeline: %s\n", st.ToString().c_str());
+      return 1;
+    }
+    std::printf("wrote %s (+ .wall.svg, .util.svg)\n", json_path.c_str());
+  }
+  return complete && missed == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int RunBench(const std::vector<std::string>& args) {
+  if (!args.empty() && args[0] == "pipeline")
+    return BenchPipeline(std::vector<std::string>(args.begin() + 1, args.end()));
+  std::fprintf(stderr, "marlaas bench: expected 'pipeline' (marlaas bench pipeline --help)\n");
+  return 2;
+}
+
+}  // namespace marlaas::cli
