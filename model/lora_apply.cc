@@ -12,18 +12,20 @@ bool Uses(const LoraSegments& segs, size_t s, LoraTarget t) {
 
 torch::Tensor WithAutograd(const torch::Tensor& x, const torch::Tensor& y, int layer, LoraTarget t,
                            const LoraSegments& segs) {
-  std::vector<torch::Tensor> pieces;
+  // split, not one narrow per segment: a narrow's backward fills a zero tensor the size of the
+  // whole input, so with many tenants the backward grew with segments x rows (measured: a
+  // 32-tenant step took ~6x the time of 32 single-tenant steps); split's backward is one cat.
+  std::vector<int64_t> lengths;
+  for (size_t s = 0; s < segs.adapter.size(); ++s)
+    lengths.push_back(segs.start[s + 1] - segs.start[s]);
+  const std::vector<torch::Tensor> x_parts = x.split_with_sizes(lengths, 0);
+  std::vector<torch::Tensor> pieces = y.split_with_sizes(lengths, 0);
   for (size_t s = 0; s < segs.adapter.size(); ++s) {
-    const int64_t begin = segs.start[s], len = segs.start[s + 1] - begin;
-    if (len == 0) continue;
-    auto ys = y.narrow(0, begin, len);
-    if (Uses(segs, s, t)) {
-      const LoraAdapter* ad = segs.adapters[size_t(segs.adapter[s])];
-      auto xs = x.narrow(0, begin, len);
-      ys = ys +
-           torch::matmul(torch::matmul(xs, ad->A(layer, t).t()), ad->BT(layer, t)) * ad->scale();
-    }
-    pieces.push_back(ys);
+    if (lengths[s] == 0 || !Uses(segs, s, t)) continue;
+    const LoraAdapter* ad = segs.adapters[size_t(segs.adapter[s])];
+    pieces[s] = pieces[s] + torch::matmul(torch::matmul(x_parts[s], ad->A(layer, t).t()),
+                                          ad->BT(layer, t)) *
+                                ad->scale();
   }
   return torch::cat(pieces, 0);
 }

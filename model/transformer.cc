@@ -18,9 +18,8 @@ std::pair<torch::Tensor, torch::Tensor> Transformer::Rope(const torch::Tensor& p
 
 torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos,
                         const torch::Tensor& sin) {
-  const int64_t half = x.size(-1) / 2;
-  auto x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
-  auto rotated = torch::cat({-x2, x1}, -1);
+  auto halves = x.chunk(2, -1);  // one backward for both halves (two narrows: two full zeros)
+  auto rotated = torch::cat({-halves[1], halves[0]}, -1);
   return x * cos + rotated * sin;
 }
 

@@ -44,13 +44,18 @@ torch::Tensor BucketLoss(const model::Transformer& model, std::vector<TenantStep
   // The log-prob of token t comes from the logits at position t - 1. Tenants may sample at
   // different temperatures, so the fused op runs per tenant on its rows.
   const auto hidden = model.Hidden(tokens, &routing);
+  // Split per tenant (a narrow per tenant would make the backward quadratic in tenants: each
+  // narrow's gradient is a zero tensor the size of the whole batch).
+  std::vector<int64_t> rows_of;
+  for (size_t k : members) rows_of.push_back(int64_t(tenants[k].completions.size()));
+  const std::vector<torch::Tensor> hidden_of = hidden.split_with_sizes(rows_of, 0);
   const auto& lm_head = model.weights().lm_head;
   torch::Tensor total;
   for (size_t m = 0; m < members.size(); ++m) {
     const TenantStep& t = tenants[members[m]];
     const int64_t n = int64_t(t.completions.size());
     if (n == 0) continue;
-    auto h = hidden.narrow(0, first_row[m], n).narrow(1, 0, max_len - 1);
+    auto h = hidden_of[m].narrow(1, 0, max_len - 1);
     auto logits = torch::matmul(h, lm_head.t()).reshape({n * (max_len - 1), -1});
     auto targets = tokens.narrow(0, first_row[m], n).narrow(1, 1, max_len - 1).reshape({-1});
     auto logp = model::TokenLogprobs(logits, targets, t.temperature).view({n, max_len - 1});
