@@ -245,6 +245,9 @@ void Rollout::StartGroups() {
     }
     if (!round_open && busy) return;
     if (!round_open) {
+      // A round takes every running tenant: wait until each has its first adapter.
+      for (const RolloutTenant* t : order)
+        if (!t->finished && !t->adapter) return;
       for (RolloutTenant* t : order) {
         const uint64_t started = t->metrics.groups + t->open_groups;
         if (t->finished || !t->adapter || started >= needed_of(t)) continue;
@@ -265,7 +268,11 @@ void Rollout::StartGroups() {
       if (!args_.lockstep && in_flight_of(t) >= bound) continue;
       if (t->metrics.groups + t->open_groups >= needed_of(t)) continue;
       StartGroup(t);
-      if (args_.lockstep) --t->round_quota;
+      if (args_.lockstep) {
+        --t->round_quota;
+        // The trainer waits for what a round started (our cursor): publish it at once.
+        (void)metrics_.StoreTenant(t->row, t->metrics);
+      }
       progress = true;
     }
     next_tenant_rr_ = (next_tenant_rr_ + 1) % order.size();
@@ -496,13 +503,17 @@ Status Rollout::Run() {
   engine_.started_mono_ns = MonotonicNanos();
   if (prev.ok() && prev->started_mono_ns != 0) engine_.restarts = prev->restarts + 1;
   metrics_.StoreEngine(engine_);
-  int64_t next_sync = 0;
+  int64_t last_sync = 0;
   while (!pipeline::StopRequested()) {
-    if (MonotonicNanos() >= next_sync) {
+    // Every 50 ms while generating; every 2 ms while idle, i.e. waiting for the trainer (a
+    // tenant's new adapter, its retired groups): the wait is then not stretched by our polling
+    // (it was up to 50 ms a step, which a lockstep schedule pays in full).
+    const int64_t now = MonotonicNanos();
+    if (now - last_sync >= (gen_.active() > 0 ? 50'000'000 : 2'000'000)) {
       SyncTenants();
       ExpireToolCalls();
       StoreMetrics();
-      next_sync = MonotonicNanos() + 50'000'000;
+      last_sync = now;
     }
     DrainToolResults();
     StartGroups();

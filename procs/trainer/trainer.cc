@@ -62,13 +62,15 @@ struct Pending {
 class Trainer {
  public:
   Trainer(const pipeline::StageArgs& args, std::shared_ptr<const model::BaseWeights> base,
-          TenantTable table, AdapterStore store, MetricsSegment metrics, RingConsumer input)
+          TenantTable table, AdapterStore store, MetricsSegment metrics,
+          MetricsSegment rollout_metrics, RingConsumer input)
       : args_(args),
         base_(std::move(base)),
         model_(base_),
         table_(std::move(table)),
         store_(std::move(store)),
         metrics_(std::move(metrics)),
+        rollout_metrics_(std::move(rollout_metrics)),
         input_(std::move(input)),
         watcher_(&table_, args.state_dir, kRole) {}
 
@@ -99,6 +101,7 @@ class Trainer {
   TenantTable table_;
   AdapterStore store_;
   MetricsSegment metrics_;
+  MetricsSegment rollout_metrics_;  // read only: each tenant's rollout prompt cursor
   RingConsumer input_;
   pipeline::TenantWatcher watcher_;
   std::map<int, std::unique_ptr<TrainTenant>> tenants_;  // by table row
@@ -152,7 +155,7 @@ Status Trainer::StartTenant(const pipeline::WatchedTenant& w) {
   t->retired_total = t->ck.groups_trained + t->ck.groups_dropped;
   t->checkpointed_retired = t->retired_total;
   t->finished = t->ck.steps >= t->spec.max_steps();
-  t->last_arrival_ns = MonotonicNanos();  // lockstep waits for its first batch too
+  t->last_arrival_ns = MonotonicNanos();  // not "idle" before its first group came
 
   // Our slot is the tenant's table row. Register it unless it already holds this tenant.
   auto info = store_.Info(t->row);
@@ -330,12 +333,17 @@ void Trainer::TrainReady(bool under_pressure) {
   std::vector<size_t> step_of;  // index into steps per stepping tenant, or npos
   std::map<TrainTenant*, int> degenerate_in_step;
   if (args_.lockstep && forced == nullptr) {
-    // Only when every unfinished tenant has its batch (or has waited past the partial-step
-    // timeout), so all of them step together and the rollout's next round starts after.
+    // Not while a tenant's groups are still on their way (started by the rollout: its prompt
+    // cursor; not yet here) and its batch is short, so the tenants of a round step together;
+    // the rollout starts the next round after. A tenant with nothing on its way (not in this
+    // round) does not hold the others back, and the partial-step timeout bounds the wait.
     for (auto& [row, tp] : tenants_) {
       const TrainTenant* t = tp.get();
       const bool idle = MonotonicNanos() - t->last_arrival_ns > kPartialStepAfterNs;
-      if (!t->finished && t->ready.size() < t->spec.prompts_per_step() && !idle) return;
+      if (t->finished || idle || t->ready.size() >= t->spec.prompts_per_step()) continue;
+      auto rm = rollout_metrics_.LoadTenant(t->row);
+      const uint64_t started = rm.ok() && rm->generation == t->generation ? rm->cursor : 0;
+      if (started > t->retired_total + t->ready.size()) return;
     }
   }
   for (auto& [row, tp] : tenants_) {
@@ -595,8 +603,10 @@ Status RunTrainer(const pipeline::StageArgs& args) {
                            MetricsSegment::Attach(args.instance, pipeline::kTrainerRole));
   MARLAAS_ASSIGN_OR_RETURN(RingConsumer input,
                            RingConsumer::Attach({args.instance, pipeline::kScoredRing}));
+  MARLAAS_ASSIGN_OR_RETURN(MetricsSegment rollout_metrics,
+                           MetricsSegment::Attach(args.instance, pipeline::kRolloutRole));
   Trainer stage(args, std::move(base), std::move(table), std::move(store), std::move(metrics),
-                std::move(input));
+                std::move(rollout_metrics), std::move(input));
   StageLog(kRole, "ready (model %s)", args.model_dir.c_str());
   return stage.Run();
 }
