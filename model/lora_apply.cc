@@ -23,9 +23,9 @@ torch::Tensor WithAutograd(const torch::Tensor& x, const torch::Tensor& y, int l
   for (size_t s = 0; s < segs.adapter.size(); ++s) {
     if (lengths[s] == 0 || !Uses(segs, s, t)) continue;
     const LoraAdapter* ad = segs.adapters[size_t(segs.adapter[s])];
-    pieces[s] = pieces[s] + torch::matmul(torch::matmul(x_parts[s], ad->A(layer, t).t()),
-                                          ad->BT(layer, t)) *
-                                ad->scale();
+    pieces[s] = pieces[s] +
+                torch::matmul(torch::matmul(x_parts[s], ad->A(layer, t).t()), ad->BT(layer, t)) *
+                    ad->scale();
   }
   return torch::cat(pieces, 0);
 }
