@@ -239,7 +239,8 @@ void Rollout::StartGroups() {
     // A round ends when every group started in it has been trained; then every unfinished tenant
     // gets its next step's groups (started as the batch has room).
     bool round_open = false, busy = false;
-    for (const RolloutTenant* t : order) {
+    for (RolloutTenant* t : order) {
+      if (t->finished || !t->adapter) t->round_quota = 0;  // stopped mid-round: not waited for
       round_open = round_open || t->round_quota > 0;
       busy = busy || in_flight_of(t) > 0;
     }
