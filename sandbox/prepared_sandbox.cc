@@ -221,6 +221,12 @@ bool DecodeRequest(int fd, SandboxRequest* req) {
     }
     ::close(fd);
   }
+  // From here on nothing may allocate: RLIMIT_AS counts the address space this process inherited
+  // (gigabytes in a LibTorch process), so a small limit fails every malloc until execve.
+  std::vector<char*> argv;
+  for (const std::string& a : req.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const SeccompProgram& seccomp = DenyListProgram();  // compiled before the fork
   const struct {
     int resource;
     rlim_t value;
@@ -236,14 +242,14 @@ bool DecodeRequest(int fd, SandboxRequest* req) {
   if (::dup2(in_fd, 0) < 0 || ::dup2(out_fd, 1) < 0 || ::dup2(err_fd, 2) < 0)
     Fail(status_fd, "dup2");
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) Fail(status_fd, "no_new_privs");
-  const std::string seccomp_error = InstallSeccompDenyList();
-  if (!seccomp_error.empty()) {
+  if (!seccomp.error.empty()) {
     errno = EPERM;
-    Fail(status_fd, seccomp_error.c_str());
+    Fail(status_fd, seccomp.error.c_str());
   }
-  std::vector<char*> argv;
-  for (const std::string& a : req.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
+  if (const int e = InstallSeccompProgram(seccomp); e != 0) {
+    errno = e;
+    Fail(status_fd, "install the seccomp filter");
+  }
   char env_path[] = "PATH=/usr/bin:/bin", env_home[] = "HOME=/work", env_lang[] = "LANG=C.UTF-8";
   char* envp[] = {env_path, env_home, env_lang, nullptr};
   // The status pipe is close-on-exec: after this, nothing of ours reaches the parent.
@@ -314,6 +320,7 @@ Result<PreparedSandbox> PreparedSandbox::Prepare(bool cgroup) {
   if (::mkdtemp(root_template) == nullptr) return ErrnoStatus("mkdtemp", errno);
   s.root_ = root_template;
   ::chmod(s.root_.c_str(), 0755);  // the helper runs as nobody and must reach its mount point
+  (void)DenyListProgram();  // compiled here, so the child only installs it (no allocation there)
   std::vector<std::string> join_files;
   if (cgroup) {
     const SandboxLimits defaults;  // Launch writes the request's

@@ -105,8 +105,9 @@ Verdict Judge(const SandboxResult& r, const std::string& nonce, const PythonTest
       v.detail = "memory limit (the run's cgroup)";
       return v;
     case SandboxOutcome::kSignaled:
-      v.outcome = pb::OUTCOME_TIMEOUT;
-      v.detail = "killed by signal " + std::to_string(r.signal) + " (CPU limit)";
+      v.outcome = KilledByCpuLimit(r) ? pb::OUTCOME_TIMEOUT : pb::OUTCOME_RUNTIME_ERROR;
+      v.detail = "killed by signal " + std::to_string(r.signal) +
+                 (KilledByCpuLimit(r) ? " (CPU limit)" : " (the candidate crashed)");
       return v;
     case SandboxOutcome::kSetupFailed:
       v.outcome = pb::OUTCOME_INFRA_ERROR;

@@ -98,7 +98,7 @@ Result<SandboxResult> RunSandboxed(const SandboxRequest& req) {
   int out[2] = {streams.stdout_r, -1}, err[2] = {streams.stderr_r, -1};
   int st[2] = {streams.status_r, -1}, in[2] = {-1, streams.stdin_w};
   pid_t program = -1;
-  bool have_status = false;
+  bool have_status = false, exec_reached = false;
   int wstatus = 0;
   size_t stdin_written = 0;
   if (req.stdin_data.empty()) {
@@ -153,6 +153,7 @@ Result<SandboxResult> RunSandboxed(const SandboxRequest& req) {
       } else if (m.kind == StatusMessage::kSetupError) {
         res.setup_error = m.text;
       } else if (m.kind == StatusMessage::kAboutToExec) {
+        exec_reached = true;
         res.setup_ms =
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
                 .count();
@@ -177,6 +178,8 @@ Result<SandboxResult> RunSandboxed(const SandboxRequest& req) {
     if (::poll(&p, 1, 0) != 1 || ::read(st[0], &m, sizeof(m)) != ssize_t(sizeof(m))) break;
     if (m.kind == StatusMessage::kProgramPid) program = m.value;
     if (m.kind == StatusMessage::kWaitStatus) have_status = true, wstatus = m.value;
+    if (m.kind == StatusMessage::kAboutToExec) exec_reached = true;
+    if (m.kind == StatusMessage::kSetupError) res.setup_error = m.text;
   }
   // Killing the program, PID 1 of its namespace, makes the kernel kill every process in it; once
   // its wait status arrived, its pid may already belong to someone else.
@@ -188,6 +191,13 @@ Result<SandboxResult> RunSandboxed(const SandboxRequest& req) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (!res.setup_error.empty()) {
     res.outcome = SandboxOutcome::kSetupFailed;
+  } else if (have_status && !exec_reached && !timed_out) {
+    // Died between fork and execve: our set-up failed, not the program.
+    res.outcome = SandboxOutcome::kSetupFailed;
+    res.setup_error = "the sandbox died before execve (" +
+                      (WIFSIGNALED(wstatus) ? "signal " + std::to_string(WTERMSIG(wstatus))
+                                            : "exit " + std::to_string(WEXITSTATUS(wstatus))) +
+                      ")";
   } else if (over_output) {
     res.outcome = SandboxOutcome::kOutputLimit;
   } else if (!timed_out && cg != nullptr && cg->OomKilled()) {

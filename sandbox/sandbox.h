@@ -66,6 +66,12 @@ struct SandboxResult {
   std::string setup_error;      // with kSetupFailed
 };
 
+// Killed by the CPU-time limit (SIGXCPU at the soft limit, SIGKILL at the hard one); any other
+// signal is the program's own crash.
+inline bool KilledByCpuLimit(const SandboxResult& r) {
+  return r.outcome == SandboxOutcome::kSignaled && (r.signal == 24 /* SIGXCPU */ || r.signal == 9);
+}
+
 // Runs the request. A non-OK Status means the parent could not even start (pipes, fork).
 Result<SandboxResult> RunSandboxed(const SandboxRequest& request);
 

@@ -1,15 +1,21 @@
 #include "sandbox/seccomp_filter.h"
 
 #include <errno.h>
+#include <linux/filter.h>
 #include <sched.h>
 #include <seccomp.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
 
 namespace marlaas::sandbox {
+namespace {
 
-std::string InstallSeccompDenyList() {
-  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
-  if (ctx == nullptr) return "seccomp_init failed";
+// The rules into ctx; an error text, empty on success.
+std::string AddDenyRules(scmp_filter_ctx ctx) {
   static const char* const kDenied[] = {
       "ptrace",
       "mount",
@@ -87,9 +93,58 @@ std::string InstallSeccompDenyList() {
   if (clone3 != __NR_SCMP_ERROR && seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), clone3, 0) != 0) {
     err = "rule clone3";
   }
-  if (err.empty() && seccomp_load(ctx) != 0) err = "seccomp_load failed";
-  seccomp_release(ctx);
   return err;
+}
+
+// libseccomp 2.5 exports BPF only to a file descriptor: a memfd, read back.
+SeccompProgram Compile() {
+  SeccompProgram p;
+  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+  if (ctx == nullptr) {
+    p.error = "seccomp_init failed";
+    return p;
+  }
+  p.error = AddDenyRules(ctx);
+  const int fd = p.error.empty() ? ::memfd_create("marlaas-seccomp", MFD_CLOEXEC) : -1;
+  if (p.error.empty() && fd < 0) p.error = std::string("memfd_create: ") + std::strerror(errno);
+  if (fd >= 0) {
+    const int rc = seccomp_export_bpf(ctx, fd);
+    const off_t size = ::lseek(fd, 0, SEEK_END);
+    if (rc != 0 || size <= 0 || size % off_t(sizeof(sock_filter)) != 0) {
+      p.error = "seccomp_export_bpf failed";
+    } else {
+      p.instructions.resize(size_t(size) / sizeof(sock_filter));
+      if (::pread(fd, p.instructions.data(), size_t(size), 0) != ssize_t(size)) {
+        p.error = "reading the exported filter failed";
+        p.instructions.clear();
+      }
+    }
+    ::close(fd);
+  }
+  seccomp_release(ctx);
+  return p;
+}
+
+}  // namespace
+
+const SeccompProgram& DenyListProgram() {
+  static const SeccompProgram program = Compile();
+  return program;
+}
+
+int InstallSeccompProgram(const SeccompProgram& p) {
+  if (!p.error.empty() || p.instructions.empty()) return EINVAL;
+  sock_fprog prog{};
+  prog.len = static_cast<unsigned short>(p.instructions.size());
+  prog.filter = const_cast<sock_filter*>(p.instructions.data());
+  return ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) == 0 ? 0 : errno;
+}
+
+std::string InstallSeccompDenyList() {
+  const SeccompProgram& p = DenyListProgram();
+  if (!p.error.empty()) return p.error;
+  const int e = InstallSeccompProgram(p);
+  return e == 0 ? std::string() : std::string("installing the filter: ") + std::strerror(e);
 }
 
 }  // namespace marlaas::sandbox

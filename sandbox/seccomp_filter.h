@@ -2,13 +2,32 @@
 // reach other processes, the kernel's attack surface or namespace and mount changes fail with
 // EPERM; sockets other than AF_UNIX too. Everything else is allowed (interpreters need a wide
 // set). Installed in the child after no_new_privs, just before execve.
+//
+// The filter is compiled to BPF once per process (DenyListProgram) and installed with one prctl
+// that allocates nothing: the child installs it after its rlimits, and a small RLIMIT_AS below
+// the parent's inherited address space (a LibTorch process maps gigabytes) would make any
+// allocation there fail (libseccomp's own compile, run in the child, crashed on that).
 #pragma once
 
+#include <linux/filter.h>
+
 #include <string>
+#include <vector>
 
 namespace marlaas::sandbox {
 
-// Installs the filter on the calling thread; returns an error text, empty on success.
+struct SeccompProgram {
+  std::vector<sock_filter> instructions;
+  std::string error;  // empty when compiled
+};
+
+// Compiled on first use (thread-safe); call it before forking a child that installs it.
+const SeccompProgram& DenyListProgram();
+
+// Installs a compiled program on the calling thread without allocating; 0 or an errno.
+int InstallSeccompProgram(const SeccompProgram& p);
+
+// DenyListProgram() installed on the calling thread; an error text, empty on success.
 std::string InstallSeccompDenyList();
 
 }  // namespace marlaas::sandbox

@@ -44,6 +44,19 @@ std::string FormatToolResult(const std::string& output) {
   return "<result>" + output + "</result>";
 }
 
+SandboxLimits ToolLimits() {
+  SandboxLimits l;
+  l.wall_timeout_ms = 1000;
+  l.cpu_seconds = 1;
+  l.memory_bytes = 128ull << 20;
+  l.max_processes = 4;
+  l.max_file_bytes = 1ull << 20;
+  l.max_output_bytes = 4 << 10;
+  l.work_dir_bytes = 1ull << 20;
+  l.work_dir_inodes = 64;
+  return l;
+}
+
 ToolOutput ExecuteTool(const ParsedToolCall& call, const SandboxLimits& limits, size_t max_chars) {
   ToolOutput out;
   auto cap = [&](std::string s) {
@@ -82,7 +95,7 @@ ToolOutput ExecuteTool(const ParsedToolCall& call, const SandboxLimits& limits, 
         out.outcome = pb::OUTCOME_OUTPUT_LIMIT;
         break;
       case SandboxOutcome::kSignaled:
-        out.outcome = pb::OUTCOME_TIMEOUT;
+        out.outcome = KilledByCpuLimit(*r) ? pb::OUTCOME_TIMEOUT : pb::OUTCOME_RUNTIME_ERROR;
         break;
       case SandboxOutcome::kMemoryLimit:
         out.outcome = pb::OUTCOME_MEMORY_LIMIT;

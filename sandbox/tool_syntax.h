@@ -35,8 +35,13 @@ struct ToolOutput {
   bool truncated = false;
 };
 
+// The python tool's own limits, tighter than a verifier's: a tool call is one short computation
+// in the middle of a generation (1 s wall, 1 CPU second, 128 MiB, 4 processes, 4 KiB of output,
+// a 1 MiB work dir). The calculator is bounded by its own parser (sandbox/calculator.h).
+SandboxLimits ToolLimits();
+
 // Runs a parsed call: calc in process, python in the sandbox with `limits`.
-ToolOutput ExecuteTool(const ParsedToolCall& call, const SandboxLimits& limits,
+ToolOutput ExecuteTool(const ParsedToolCall& call, const SandboxLimits& limits = ToolLimits(),
                        size_t max_output_chars = 512);
 
 }  // namespace marlaas::sandbox

@@ -39,7 +39,7 @@ const std::vector<Command>& Commands() {
       {"gpus", "", "list the CUDA devices this build can use, or say why there are none", RunGpus},
       {"sandbox-check", "", "show the isolation this host provides and run the escape suite",
        RunSandboxCheck},
-      {"sandbox-run", "[--lang python|sh] [--timeout-ms N] FILE",
+      {"sandbox-run", kSandboxRunArgs,
        "run one file under the verifiers' sandbox; the exit status names the outcome",
        RunSandboxRun},
       {"sample", "--task T [--adapter DIR] [--n N] [--temperature X]",

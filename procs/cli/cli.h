@@ -47,6 +47,13 @@ bool TakeNumber(std::vector<std::string>* args, const char* command, const std::
 // The same for a whole number ("... is not a whole number in [lo, hi]").
 bool TakeInteger(std::vector<std::string>* args, const char* command, const std::string& name,
                  long long lo, long long hi, long long* value);
+// `marlaas sandbox-run`: its arguments and what its exit status says.
+inline constexpr const char kSandboxRunArgs[] =
+    "[--lang python|sh] [--timeout-ms N] [--memory-mb N] FILE";
+inline constexpr const char kSandboxRunStatuses[] =
+    "exit status: 0 ok, 1 the program exited non-zero (a Python MemoryError at the per-process "
+    "limit included), 3 timeout (wall clock or CPU), 4 killed by a signal (a crash), 5 output "
+    "limit, 6 sandbox failure, 7 memory limit (the run's cgroup)";
 // Removes a bare "--name" switch; returns whether it was present.
 bool TakeSwitch(std::vector<std::string>* args, const std::string& name);
 // Prints "marlaas NAME: unexpected argument ..." and returns 2 if args is non-empty, else 0.

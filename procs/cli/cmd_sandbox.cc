@@ -40,17 +40,16 @@ int RunSandboxCheck(const std::vector<std::string>& args) {
 
 int RunSandboxRun(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
-  std::string lang = "python", timeout = "2000", memory = "256";
+  std::string lang = "python";
+  long long timeout_ms = 2000, memory_mb = 256;
   TakeFlag(&args, "--lang", &lang);
-  TakeFlag(&args, "--timeout-ms", &timeout);
-  TakeFlag(&args, "--memory-mb", &memory);
-  if (args.size() != 1 || (lang != "python" && lang != "sh") || std::atoi(timeout.c_str()) <= 0 ||
-      std::atoi(memory.c_str()) <= 0) {
-    std::fprintf(
-        stderr,
-        "usage: marlaas sandbox-run [--lang python|sh] [--timeout-ms N] [--memory-mb N] FILE\n"
-        "exit status: 0 ok, 1 non-zero exit, 3 timeout, 4 killed by a signal (CPU or memory), "
-        "5 output limit, 6 sandbox failure, 7 memory limit (the run's cgroup)\n");
+  if (!TakeInteger(&args, "sandbox-run", "--timeout-ms", 1, 3600 * 1000, &timeout_ms) ||
+      !TakeInteger(&args, "sandbox-run", "--memory-mb", 16, 1 << 20, &memory_mb)) {
+    return 2;
+  }
+  if (args.size() != 1 || (lang != "python" && lang != "sh")) {
+    std::fprintf(stderr, "usage: marlaas sandbox-run %s\n%s\n", kSandboxRunArgs,
+                 kSandboxRunStatuses);
     return 2;
   }
   auto code = ReadFile(args[0]);
@@ -62,9 +61,9 @@ int RunSandboxRun(const std::vector<std::string>& argv) {
   req.files = {{lang == "python" ? "main.py" : "main.sh", *code}};
   req.argv = lang == "python" ? std::vector<std::string>{"/usr/bin/python3", "-I", "-S", "main.py"}
                               : std::vector<std::string>{"/bin/sh", "main.sh"};
-  req.limits.wall_timeout_ms = uint32_t(std::atoi(timeout.c_str()));
-  req.limits.cpu_seconds = (req.limits.wall_timeout_ms + 999) / 1000;
-  req.limits.memory_bytes = uint64_t(std::atoi(memory.c_str())) << 20;
+  req.limits.wall_timeout_ms = uint32_t(timeout_ms);
+  req.limits.cpu_seconds = uint32_t((timeout_ms + 999) / 1000);
+  req.limits.memory_bytes = uint64_t(memory_mb) << 20;
   auto res = sandbox::RunSandboxed(req);
   if (!res.ok()) {
     std::fprintf(stderr, "marlaas sandbox-run: %s\n", res.status().ToString().c_str());
@@ -83,7 +82,7 @@ int RunSandboxRun(const std::vector<std::string>& argv) {
     case sandbox::SandboxOutcome::kTimeout:
       return 3;
     case sandbox::SandboxOutcome::kSignaled:
-      return 4;
+      return sandbox::KilledByCpuLimit(*res) ? 3 : 4;
     case sandbox::SandboxOutcome::kOutputLimit:
       return 5;
     case sandbox::SandboxOutcome::kSetupFailed:

@@ -72,7 +72,7 @@ Result<EvalResult> EvaluateHeldOut(const std::string& model_dir, const pb::JobSp
           it.turns < sandbox::kMaxToolTurns && it.generated < budget) {
         const auto last = sandbox::TrailingToolCall(text);
         if (last) {
-          const sandbox::ToolOutput o = sandbox::ExecuteTool(*last, sandbox::SandboxLimits{});
+          const sandbox::ToolOutput o = sandbox::ExecuteTool(*last);
           const auto res = tok.Encode(sandbox::FormatToolResult(o.output));
           it.tokens.insert(it.tokens.end(), res.begin(), res.end());
           ++it.turns;

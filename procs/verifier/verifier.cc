@@ -96,7 +96,7 @@ void RunJob(Job* job) {
     sandbox::ParsedToolCall parsed;
     parsed.name = job->call.tool();
     parsed.input = job->call.input();
-    sandbox::ToolOutput out = sandbox::ExecuteTool(parsed, sandbox::SandboxLimits{});
+    sandbox::ToolOutput out = sandbox::ExecuteTool(parsed);
     job->result.set_outcome(out.outcome);
     job->result.set_output(out.output);
     job->result.set_truncated(out.truncated);

@@ -1,0 +1,92 @@
+// `marlaas sandbox-check` and `marlaas sandbox-run` as an operator runs them: the real binary (a
+// LibTorch process, whose address space is far larger than a run's memory limit), its output
+// and its exit status.
+#include <gtest/gtest.h>
+#include <stdio.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <string>
+
+#include "sandbox/escape_suite.h"
+
+namespace marlaas {
+namespace {
+
+struct CommandResult {
+  int status = -1;  // exit status
+  std::string output;
+};
+
+// Runs `args` through the shell with stdout and stderr together.
+CommandResult RunMarlaas(const std::string& args) {
+  CommandResult r;
+  const std::string cmd = std::string(MARLAAS_BIN_DIR) + "/marlaas " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) r.output.append(buf, n);
+  const int w = ::pclose(p);
+  r.status = WIFEXITED(w) ? WEXITSTATUS(w) : -1;
+  return r;
+}
+
+std::string WriteProgram(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(SandboxCliTest, SandboxCheckContainsEveryAttackFromTheRealBinary) {
+  const CommandResult r = RunMarlaas("sandbox-check");
+  const size_t n = sandbox::EscapeSuite().size();
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find(std::to_string(n) + " of " + std::to_string(n) + " attacks contained"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("ESCAPED"), std::string::npos) << r.output;
+}
+
+TEST(SandboxCliTest, SandboxRunExitStatusNamesTheOutcome) {
+  struct Case {
+    const char* name;
+    const char* program;
+    const char* flags;
+    int status;
+    const char* says;
+  } cases[] = {
+      {"ok.py", "print(6 * 7)\n", "", 0, "42\n"},
+      {"raises.py", "raise ValueError('no')\n", "", 1, "ValueError: no"},
+      {"sleeps.py", "import time\ntime.sleep(30)\n", "--timeout-ms 300", 3, "outcome=timeout"},
+      {"spins.py", "while True: pass\n", "--timeout-ms 1000", 3, "signal="},
+      {"crashes.py", "import ctypes\nctypes.string_at(0)\n", "", 4, "signal=11"},
+      {"floods.py", "import sys\nwhile True: sys.stdout.write('x' * 65536)\n", "", 5,
+       "output-limit"},
+      {"ok.sh", "echo from sh\n", "--lang sh", 0, "from sh\n"},
+  };
+  for (const Case& c : cases) {
+    const CommandResult r =
+        RunMarlaas(std::string("sandbox-run ") + c.flags + " " + WriteProgram(c.name, c.program));
+    EXPECT_EQ(r.status, c.status) << c.name << ": " << r.output;
+    EXPECT_NE(r.output.find(c.says), std::string::npos) << c.name << ": " << r.output;
+  }
+}
+
+TEST(SandboxCliTest, SandboxRunRefusesBadArgumentsByName) {
+  const std::string ok = WriteProgram("fine.py", "print(1)\n");
+  CommandResult r = RunMarlaas("sandbox-run --timeout-ms 12abc " + ok);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--timeout-ms"), std::string::npos) << r.output;
+  r = RunMarlaas("sandbox-run --memory-mb 0 " + ok);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--memory-mb"), std::string::npos) << r.output;
+  r = RunMarlaas("sandbox-run --lang ruby " + ok);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("exit status:"), std::string::npos) << r.output;
+  r = RunMarlaas("sandbox-run /nonexistent/prog.py");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("/nonexistent/prog.py"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace marlaas
