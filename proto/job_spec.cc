@@ -1,6 +1,7 @@
 #include "proto/job_spec.h"
 
 #include <google/protobuf/util/json_util.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <fstream>
@@ -10,6 +11,8 @@ namespace marlaas {
 namespace {
 
 namespace util = google::protobuf::util;
+
+constexpr size_t kMaxVerifierFileBytes = 1 << 20;
 
 const std::vector<std::string>& KnownTargets() {
   static const std::vector<std::string> kTargets = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
@@ -119,6 +122,20 @@ Status ValidateJobSpec(const pb::JobSpec& s) {
     if (s.verifier().command_size() == 0) {
       return FieldError("verifier.command", "required for task 'custom'");
     }
+    size_t bytes = 0;
+    for (const auto& [name, body] : s.verifier().files()) {
+      if (name.empty() || name.size() > 100 || name[0] == '.' ||
+          name.find('/') != std::string::npos) {
+        return FieldError("verifier.files", "'" + name + "' must be a plain file name");
+      }
+      bytes += body.size();
+    }
+    if (bytes > kMaxVerifierFileBytes) {
+      return FieldError("verifier.files", std::to_string(bytes) + " bytes, more than the " +
+                                              std::to_string(kMaxVerifierFileBytes) + " allowed");
+    }
+  } else if (s.verifier().files_size() != 0) {
+    return FieldError("verifier.files", "only task 'custom' takes verifier files");
   } else if (s.verifier().command_size() != 0) {
     return FieldError("verifier.command", "only task 'custom' takes a verifier command; '" +
                                               s.task() + "' has a built-in verifier");
@@ -251,6 +268,29 @@ Result<pb::JobSpec> LoadJobSpecFile(const std::string& path) {
   text << in.rdbuf();
   Result<pb::JobSpec> spec = ParseJobSpecJson(text.str());
   if (!spec.ok()) return spec.status().Annotate(path);
+  return spec;
+}
+
+Result<pb::JobSpec> LoadUserJobSpec(const std::string& path) {
+  MARLAAS_ASSIGN_OR_RETURN(pb::JobSpec spec, LoadJobSpecFile(path));
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  pb::VerifierSpec* v = spec.mutable_verifier();
+  for (int i = 1; i < v->command_size(); ++i) {
+    const std::string& arg = v->command(i);
+    const std::string file = !arg.empty() && arg[0] == '/' ? arg : dir + "/" + arg;
+    struct stat st;
+    if (arg.empty() || ::stat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    std::ifstream in(file, std::ios::binary);
+    if (!in) continue;
+    std::ostringstream body;
+    body << in.rdbuf();
+    const std::string name = arg.substr(arg.rfind('/') + 1);
+    (*v->mutable_files())[name] = body.str();
+    v->set_command(i, name);
+  }
+  Status st = ValidateJobSpec(spec);
+  if (!st.ok()) return st.Annotate(path);
   return spec;
 }
 

@@ -19,6 +19,10 @@ const std::vector<std::string>& KnownTasks();
 Result<pb::JobSpec> ParseJobSpecJson(const std::string& json);
 // Reads and parses a job spec file.
 Result<pb::JobSpec> LoadJobSpecFile(const std::string& path);
+// The client side of a user's job file: LoadJobSpecFile, then every verifier.command argument
+// after the first that names a readable regular file (absolute, or relative to the job file's
+// folder) is read into verifier.files under its base name and replaced by that name.
+Result<pb::JobSpec> LoadUserJobSpec(const std::string& path);
 // Range and consistency checks on the fields that are present.
 Status ValidateJobSpec(const pb::JobSpec& spec);
 // A tenant id: 1-63 characters of [a-z0-9_-] (it names a folder of the state dir).

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -58,13 +59,23 @@ sandbox::Verdict CountdownTask::Verify(const TaskExample& e, const std::string& 
     if (std::isdigit(static_cast<unsigned char>(c))) {
       size_t j = i;
       while (j < expr.size() && std::isdigit(static_cast<unsigned char>(expr[j]))) ++j;
-      const int64_t n = std::stoll(expr.substr(i, j - i));
+      int64_t n = 0;
+      const auto [end, ec] = std::from_chars(expr.data() + i, expr.data() + j, n);
+      if (ec != std::errc() || end != expr.data() + j) {  // too long for any given number
+        v.outcome = pb::OUTCOME_WRONG_ANSWER;
+        v.detail = "uses a number that was not given";
+        return v;
+      }
       if (--available[n] < 0) {
         v.outcome = pb::OUTCOME_WRONG_ANSWER;
         v.detail = "uses " + std::to_string(n) + " more often than given";
         return v;
       }
       i = j;
+    } else if (c == '*' && i + 1 < expr.size() && expr[i + 1] == '*') {
+      v.outcome = pb::OUTCOME_FORMAT_ERROR;  // the calculator knows powers; the task does not
+      v.detail = "'**' is not one of + - * ( )";
+      return v;
     } else if (std::string("+-*() ").find(c) != std::string::npos) {
       ++i;
     } else {

@@ -59,7 +59,7 @@ int RunSubmit(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
   const Common c = TakeCommon(&args);
   if (args.size() != 1) return Usage("marlaas submit JOB.json [--state-dir DIR]");
-  auto job = LoadJobSpecFile(args[0]);
+  auto job = LoadUserJobSpec(args[0]);
   if (!job.ok()) {
     std::fprintf(stderr, "marlaas submit: %s: %s\n", args[0].c_str(),
                  job.status().message().c_str());

@@ -20,7 +20,7 @@ int RunServe(const std::vector<std::string>& argv) {
   RunJobsOptions o;
   std::string job;
   while (TakeFlag(&args, "--job", &job)) {
-    auto spec = LoadJobSpecFile(job);
+    auto spec = LoadUserJobSpec(job);
     if (!spec.ok()) {
       std::fprintf(stderr, "marlaas serve: %s: %s\n", job.c_str(), spec.status().message().c_str());
       return 2;

@@ -11,7 +11,7 @@ int RunValidate(const std::vector<std::string>& args) {
     std::fprintf(stderr, "usage: marlaas validate JOB.json\n");
     return 2;
   }
-  auto spec = LoadJobSpecFile(args[0]);
+  auto spec = LoadUserJobSpec(args[0]);
   if (!spec.ok()) {
     std::fprintf(stderr, "marlaas validate: %s\n", spec.status().message().c_str());
     return 1;

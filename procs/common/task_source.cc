@@ -59,19 +59,10 @@ bool TaskSource::runs_untrusted_code() const {
 sandbox::Verdict TaskSource::Verify(const tasks::TaskExample& example,
                                     const std::string& completion) const {
   if (task_) return task_->Verify(example, completion);
+  // Only what the job carries: the service never reads a host path for a tenant.
   sandbox::CommandVerifierSpec v;
-  // Script arguments that name host files travel into the sandbox's work dir.
-  for (int i = 0; i < spec_.verifier().command_size(); ++i) {
-    const std::string& arg = spec_.verifier().command(i);
-    auto body = i > 0 ? ReadFile(arg) : Result<std::string>(Status(StatusCode::kNotFound, ""));
-    if (body.ok()) {
-      const std::string name = arg.substr(arg.rfind('/') + 1);
-      v.files.emplace_back(name, std::move(*body));
-      v.argv.push_back(name);
-    } else {
-      v.argv.push_back(arg);
-    }
-  }
+  v.argv.assign(spec_.verifier().command().begin(), spec_.verifier().command().end());
+  for (const auto& [name, body] : spec_.verifier().files()) v.files.emplace_back(name, body);
   const pb::SandboxLimits& l = spec_.sandbox();
   v.limits.wall_timeout_ms = l.timeout_ms();
   v.limits.cpu_seconds = std::max<uint32_t>(1, (l.timeout_ms() + 999) / 1000);

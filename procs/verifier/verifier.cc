@@ -84,7 +84,7 @@ class Pool {
   std::vector<std::thread> threads_;
 };
 
-void RunJob(Job* job) {
+void RunJobUnguarded(Job* job) {
   if (job->type == pipeline::kToolCallRecord) {
     job->result.set_call_id(job->call.call_id());
     job->result.set_trajectory_id(job->call.trajectory_id());
@@ -120,6 +120,23 @@ void RunJob(Job* job) {
       g.set_failure("verifier failed (" + std::to_string(v.attempts) +
                     " attempts): " + v.detail.substr(0, 160));
       return;
+    }
+  }
+}
+
+// A verifier that throws on some input (a task's parser, a tenant's data) fails that group or
+// tool call with the reason; it never takes the stage down (the record would come back after the
+// restart and take it down again).
+void RunJob(Job* job) {
+  try {
+    RunJobUnguarded(job);
+  } catch (const std::exception& e) {
+    const std::string why = std::string("verifier: internal error: ") + e.what();
+    if (job->type == pipeline::kToolCallRecord) {
+      job->result.set_outcome(pb::OUTCOME_INFRA_ERROR);
+      job->result.set_output("error: " + why.substr(0, 200));
+    } else {
+      job->group.set_failure(why.substr(0, 200));
     }
   }
 }
@@ -380,11 +397,13 @@ Status RunVerifier(const pipeline::StageArgs& args) {
                            RingProducer::Attach({args.instance, pipeline::kScoredRing}));
   MARLAAS_ASSIGN_OR_RETURN(RingProducer tools,
                            RingProducer::Attach({args.instance, pipeline::kToolRing}));
+  // No sandboxes prepared ahead for a verifier that refuses untrusted work (read before the move).
+  const int prepared = refuse.empty() ? args.prepared_sandboxes : 0;
   Verifier v(args, std::move(table), std::move(metrics), std::move(input), std::move(scored),
              std::move(tools), std::move(refuse));
-  if (refuse.empty()) sandbox::SetPreparedSandboxPool(args.prepared_sandboxes);
+  sandbox::SetPreparedSandboxPool(prepared);
   StageLog(kRole, "ready (%d workers, %d sandboxes prepared ahead)", args.verifier_workers,
-           args.prepared_sandboxes);
+           prepared);
   return v.Run();
 }
 

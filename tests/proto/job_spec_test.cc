@@ -2,6 +2,10 @@
 #include "proto/job_spec.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
 
 namespace marlaas {
 namespace {
@@ -78,6 +82,39 @@ TEST(JobSpecTest, BadNamesTasksAndTargetsAreRefused) {
 TEST(JobSpecTest, MalformedJsonIsRefused) {
   EXPECT_NE(ErrorOf(R"({"tenant": "a", "task": )").find("not valid JSON"), std::string::npos);
   EXPECT_FALSE(LoadJobSpecFile("/nonexistent/job.json").ok());
+}
+
+// A custom verifier's script travels inside the job, read on the client with the user's rights;
+// the arguments that named it become plain names of the sandbox's work dir.
+TEST(JobSpecTest, UserJobFilesTravelInTheJobNotAsHostPaths) {
+  const std::string dir = ::testing::TempDir() + "/userjob" + std::to_string(::getpid());
+  ::mkdir(dir.c_str(), 0755);
+  const std::string script = R"(print('{"reward": 1}'))"
+                             "\n";
+  std::ofstream(dir + "/check.py") << script;
+  std::ofstream(dir + "/job.json") << R"({"tenant": "u1", "task": "custom",
+      "dataset": {"jsonl_path": "/data/prompts.jsonl"},
+      "verifier": {"command": ["/usr/bin/python3", "check.py", "--strict"]}})";
+  auto r = LoadUserJobSpec(dir + "/job.json");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->verifier().command_size(), 3);
+  EXPECT_EQ(r->verifier().command(0), "/usr/bin/python3");  // the interpreter, inside the sandbox
+  EXPECT_EQ(r->verifier().command(1), "check.py");
+  EXPECT_EQ(r->verifier().command(2), "--strict");
+  ASSERT_EQ(r->verifier().files().count("check.py"), 1u);
+  EXPECT_EQ(r->verifier().files().at("check.py"), script);
+  // Plain parsing (what the service does with a stored job) reads nothing.
+  auto plain = LoadJobSpecFile(dir + "/job.json");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->verifier().files_size(), 0);
+  // Names that would leave the work dir, and files for a built-in task, are refused by field.
+  const std::string custom = R"({"tenant": "a", "task": "custom", "dataset": {"jsonl_path": "p"},
+      "verifier": {"command": ["/bin/sh", "x"], "files": {)";
+  EXPECT_NE(ErrorOf(custom + R"("../x": "eA=="}}})").find("field 'verifier.files': '../x'"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "verifier": {"files": {"x": ""}}})")
+                .find("'verifier.files'"),
+            std::string::npos);
 }
 
 TEST(JobSpecTest, CanonicalJsonRoundTrips) {

@@ -2,12 +2,16 @@
 // completions, JSONL round trips, and the corpus's documented share of right answers.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "tasks/task.h"
 
 namespace marlaas::tasks {
 namespace {
+
+using json = nlohmann::json;
 
 // The completion part of a corpus document (what follows the prompt).
 std::string CompletionOf(const TaskExample& e, const std::string& doc) {
@@ -88,6 +92,53 @@ TEST(TasksTest, CorpusHasTheRequestedShareOfRightAnswers) {
     ++checked;
   }
   EXPECT_NEAR(double(right) / checked, 0.5, 0.15);
+}
+
+// What a model may write is hostile input to the verifier: a number too long for any integer
+// type, or a power the task does not allow, is a verdict, never an exception.
+TEST(TasksTest, CountdownJudgesHostileExpressionsWithoutThrowing) {
+  auto task = *MakeTask("countdown");
+  const TaskExample e = task->Example(3, 0, 1);
+  sandbox::Verdict v;
+  ASSERT_NO_THROW(v = task->Verify(e, " 99999999999999999999999999+1\n"));
+  EXPECT_EQ(v.outcome, pb::OUTCOME_WRONG_ANSWER) << v.detail;
+  EXPECT_EQ(v.reward, 0.0);
+  const json meta = json::parse(e.metadata_json);
+  const std::string a = std::to_string(meta["numbers"][0].get<int64_t>()),
+                    b = std::to_string(meta["numbers"][1].get<int64_t>());
+  v = task->Verify(e, " " + a + "**" + b + "\n");
+  EXPECT_EQ(v.outcome, pb::OUTCOME_FORMAT_ERROR) << v.detail;
+  EXPECT_NE(v.detail.find("**"), std::string::npos);
+}
+
+// The tiny base's corpus has the right-answer rates the README documents: 0.9 for arithmetic,
+// countdown and calculator_tool, 0.6 for python_functions (checked by its sandboxed verifier).
+TEST(TasksTest, TinyBaseCorpusHasTheDocumentedRates) {
+  const size_t per_task = 60;
+  const auto docs = TinyBaseCorpus(9, per_task);
+  std::map<std::string, std::pair<int, int>> right_of;  // task -> (right, total)
+  for (const std::string& doc : docs) {
+    for (const std::string& name : BuiltinTaskNames()) {
+      auto task = *MakeTask(name);
+      // The document's example: the one of this task whose prompt it starts with.
+      for (uint64_t index = 0; index < 2 * per_task; ++index) {
+        static constexpr int kDifficulties[] = {1, 1, 1, 2};
+        const TaskExample e = task->Example(9, index, kDifficulties[index % 4]);
+        if (doc.compare(0, e.prompt.size(), e.prompt) != 0) continue;
+        auto& [right, total] = right_of[name];
+        right += task->Verify(e, doc.substr(e.prompt.size())).reward == 1.0;
+        ++total;
+        break;
+      }
+    }
+  }
+  const std::map<std::string, double> documented = {
+      {"arithmetic", 0.9}, {"countdown", 0.9}, {"calculator_tool", 0.9}, {"python_functions", 0.6}};
+  for (const auto& [name, rate] : documented) {
+    const auto [right, total] = right_of[name];
+    ASSERT_GE(total, int(per_task)) << name;
+    EXPECT_NEAR(double(right) / total, rate, 0.1) << name << ": " << right << "/" << total;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,60 @@
+// TaskSource for task "custom": the tenant's verifier runs in the sandbox with only what the job
+// carries. A job stored in the service (already past the client) whose command names a host
+// file gets nothing of the host: the verifier process does not read paths for a tenant.
+#include "procs/common/task_source.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+
+namespace marlaas::pipeline {
+namespace {
+
+pb::JobSpec CustomJob(const std::string& tag) {
+  const std::string data = ::testing::TempDir() + "/ts-" + tag + std::to_string(::getpid());
+  std::ofstream(data) << R"({"id": "p0", "prompt": "Q: 1+1=", "reference": "2", "metadata": "{}"})"
+                      << "\n";
+  pb::JobSpec j;
+  j.set_tenant("t-" + tag);
+  j.set_task("custom");
+  j.mutable_dataset()->set_jsonl_path(data);
+  j.mutable_sandbox()->set_timeout_ms(2000);
+  j.mutable_sandbox()->set_memory_mb(256);
+  j.mutable_sandbox()->set_max_output_bytes(4096);
+  j.mutable_sandbox()->set_max_processes(8);
+  return j;
+}
+
+TEST(TaskSourceTest, AVerifierCommandNamingAHostFileReadsNothingOfTheHost) {
+  pb::JobSpec j = CustomJob("host");
+  for (const char* a : {"/bin/sh", "-c", "cat \"$0\" || echo '{\"reward\": 0.5}'", "/etc/passwd"})
+    j.mutable_verifier()->add_command(a);
+  auto source = TaskSource::ForJob(j);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  const tasks::TaskExample e = (*source)->Train(0);
+  const sandbox::Verdict v = (*source)->Verify(e, " 2");
+  // /etc/passwd does not exist in the sandbox: cat fails, the fallback reward is printed.
+  EXPECT_TRUE(v.scored()) << v.detail;
+  EXPECT_DOUBLE_EQ(v.reward, 0.5) << v.detail;
+  EXPECT_EQ(v.detail.find("root:"), std::string::npos) << v.detail;
+}
+
+TEST(TaskSourceTest, TheJobsOwnFilesAreInTheWorkDir) {
+  pb::JobSpec j = CustomJob("files");
+  for (const char* a : {"/bin/sh", "check.sh"}) j.mutable_verifier()->add_command(a);
+  (*j.mutable_verifier()->mutable_files())["check.sh"] =
+      "grep -Eq '\"completion\": ?\" 2\"' && echo '{\"reward\": 1}' || echo '{\"reward\": 0}'\n";
+  auto source = TaskSource::ForJob(j);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  const tasks::TaskExample e = (*source)->Train(0);
+  sandbox::Verdict v = (*source)->Verify(e, " 2");
+  ASSERT_TRUE(v.scored()) << v.detail;
+  EXPECT_DOUBLE_EQ(v.reward, 1.0);
+  v = (*source)->Verify(e, " 3");
+  ASSERT_TRUE(v.scored()) << v.detail;
+  EXPECT_DOUBLE_EQ(v.reward, 0.0);
+}
+
+}  // namespace
+}  // namespace marlaas::pipeline
