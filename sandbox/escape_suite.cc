@@ -1,6 +1,7 @@
 #include "sandbox/escape_suite.h"
 
 #include <dirent.h>
+#include <seccomp.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <thread>
 
 #include "sandbox/run_cgroup.h"
+#include "sandbox/seccomp_filter.h"
 
 namespace marlaas::sandbox {
 namespace {
@@ -82,9 +84,12 @@ std::vector<EscapeCase> EscapeSuite() {
                }});
   SandboxLimits bomb;
   bomb.wall_timeout_ms = 1500;
-  s.push_back({"fork_bomb", Sh("b() { b | b & }; b; sleep 4247", bomb), [](const SandboxResult& r) {
-                 std::string e =
-                     Expect(r.outcome != SandboxOutcome::kSetupFailed, "setup failed", r);
+  s.push_back({"fork_bomb", Sh("echo bombing; b() { b | b & }; b; sleep 4247", bomb),
+               [](const SandboxResult& r) {
+                 // It must really have run (a sandbox that failed to start contains nothing).
+                 std::string e = Expect(r.outcome != SandboxOutcome::kSetupFailed &&
+                                            r.stdout_data.rfind("bombing\n", 0) == 0,
+                                        "the bomb never ran", r);
                  return e.empty() ? NoSurvivors("sleep 4247") : e;
                }});
   s.push_back({"memory_bomb", Py("x = bytearray(2 * 1024**3)"), [](const SandboxResult& r) {
@@ -182,20 +187,41 @@ std::vector<EscapeCase> EscapeSuite() {
                          r.stdout_data == "refused 1\nrefused 1\nrefused 1\nrefused 1\nno dns\n",
                      "a network socket opened", r);
                }});
-  // PTRACE_ATTACH to a process of the same run (a parent on its own child would pass every
-  // permission check but seccomp's) and the namespace and mount calls; clone3 is refused as a
-  // whole (seccomp cannot read its flags).
+  // PTRACE_ATTACH to a process of the same run (a parent on its own child passes every
+  // permission check but seccomp's), a tmpfs mount and a new user namespace (both allowed to the
+  // run's root in its own namespaces but for seccomp), setns, and clone3 (refused as a whole with
+  // ENOSYS: seccomp cannot read its flags). The errnos tell seccomp's refusal from any other.
   s.push_back(
       {"ptrace_a_sibling_mount_unshare_setns",
        Py("import ctypes, subprocess\nlibc = ctypes.CDLL(None, use_errno=True)\n"
           "p = subprocess.Popen(['/usr/bin/sleep', '30'])\n"
-          "r = [libc.ptrace(16, p.pid, None, None), libc.mount(b'none', b'/work', b'tmpfs', 0, "
-          "None), libc.unshare(0x10000000), libc.setns(0, 0), libc.syscall(435, None, 0)]\n"
-          "p.kill(); p.wait(); print(*r)"),
+          "calls = [lambda: libc.ptrace(16, p.pid, None, None), lambda: libc.mount(b'none', "
+          "b'/work', b'tmpfs', 0, None), lambda: libc.unshare(0x10000000), lambda: libc.setns(0, "
+          "0x10000000), lambda: libc.syscall(435, None, 0)]\nout = []\nfor c in calls:\n"
+          "    ctypes.set_errno(0); r = c(); out.append('%d/%d' % (r, ctypes.get_errno()))\n"
+          "p.kill(); p.wait(); print(*out)"),
        [](const SandboxResult& r) {
-         return Expect(Exited(r) && r.stdout_data == "-1 -1 -1 -1 -1\n",
-                       "a privileged call succeeded", r);
+         return Expect(Exited(r) && r.stdout_data == "-1/1 -1/1 -1/1 -1/1 -1/38\n",
+                       "a privileged call was not refused by seccomp", r);
        }});
+  // Every syscall of the deny list, called with zero arguments: EPERM from the filter, whatever
+  // the kernel would have said to the arguments.
+  std::string calls;
+  for (const std::string& name : DeniedSyscallNames()) {
+    const int nr = seccomp_syscall_resolve_name(name.c_str());
+    if (nr >= 0) calls += "('" + name + "', " + std::to_string(nr) + "), ";
+  }
+  s.push_back({"every_denied_syscall_fails_with_eperm",
+               Py("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nbad = []\n"
+                  "for name, nr in [" +
+                  calls +
+                  "]:\n    ctypes.set_errno(0)\n    r = libc.syscall(nr, 0, 0, 0, 0, 0, 0)\n"
+                  "    if r != -1 or ctypes.get_errno() != 1: bad.append('%s:%d/%d' % (name, r, "
+                  "ctypes.get_errno()))\nprint('not refused:', *bad)"),
+               [](const SandboxResult& r) {
+                 return Expect(Exited(r) && r.stdout_data == "not refused:\n",
+                               "a denied syscall was not refused", r);
+               }});
   // /proc/<pid>/mem writes pass page protections, so what matters is whose memory is reachable:
   // the program pokes its own memory through /proc/self/mem (allowed for any process), and the
   // only process it can see, hence the only mem file it can open, is its own.

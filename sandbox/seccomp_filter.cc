@@ -12,11 +12,9 @@
 #include <cstring>
 
 namespace marlaas::sandbox {
-namespace {
 
-// The rules into ctx; an error text, empty on success.
-std::string AddDenyRules(scmp_filter_ctx ctx) {
-  static const char* const kDenied[] = {
+const std::vector<std::string>& DeniedSyscallNames() {
+  static const std::vector<std::string> kDenied = {
       "ptrace",
       "mount",
       "umount2",
@@ -68,11 +66,18 @@ std::string AddDenyRules(scmp_filter_ctx ctx) {
       "fsconfig",
       "fspick",
   };
+  return kDenied;
+}
+
+namespace {
+
+// The rules into ctx; an error text, empty on success.
+std::string AddDenyRules(scmp_filter_ctx ctx) {
   std::string err;
-  for (const char* name : kDenied) {
-    const int nr = seccomp_syscall_resolve_name(name);
+  for (const std::string& name : DeniedSyscallNames()) {
+    const int nr = seccomp_syscall_resolve_name(name.c_str());
     if (nr == __NR_SCMP_ERROR) continue;  // not on this architecture
-    if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0) != 0) err = std::string("rule ") + name;
+    if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0) != 0) err = "rule " + name;
   }
   // Sockets: AF_UNIX only (no TCP, UDP, DNS, netlink, packet sockets).
   if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1,

@@ -16,6 +16,9 @@
 
 namespace marlaas::sandbox {
 
+// The syscalls that fail with EPERM whatever their arguments (those this architecture has).
+const std::vector<std::string>& DeniedSyscallNames();
+
 struct SeccompProgram {
   std::vector<sock_filter> instructions;
   std::string error;  // empty when compiled

@@ -44,6 +44,9 @@ const std::vector<Command>& Commands() {
        RunSandboxRun},
       {"sample", "--task T [--adapter DIR] [--n N] [--temperature X]",
        "show a model's (and adapter's) answers and rewards on held-out examples", RunSample},
+      {"tasks", "--task T [--n N] [--seed S] [--held-out] | --check FILE",
+       "a built-in task's examples as JSONL (a custom job's dataset), or check a JSONL file",
+       RunTasks},
       {"pretrain", "--out DIR [--seed N] [--steps N]",
        "train the built-in tiny base model (cached) and report its exact-match rate", RunPretrain},
   };

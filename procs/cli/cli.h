@@ -36,6 +36,7 @@ int RunExport(const std::vector<std::string>& args);
 int RunLogs(const std::vector<std::string>& args);
 int RunReport(const std::vector<std::string>& args);
 int RunBench(const std::vector<std::string>& args);
+int RunTasks(const std::vector<std::string>& args);
 
 // Small argument helper: removes "--name VALUE" from args; returns false if absent.
 bool TakeFlag(std::vector<std::string>* args, const std::string& name, std::string* value);

@@ -2,34 +2,18 @@
 // LibTorch process, whose address space is far larger than a run's memory limit), its output
 // and its exit status.
 #include <gtest/gtest.h>
-#include <stdio.h>
-#include <sys/wait.h>
 
 #include <fstream>
 #include <string>
 
 #include "sandbox/escape_suite.h"
+#include "tests/procs/run_marlaas.h"
 
 namespace marlaas {
 namespace {
 
-struct CommandResult {
-  int status = -1;  // exit status
-  std::string output;
-};
-
-// Runs `args` through the shell with stdout and stderr together.
-CommandResult RunMarlaas(const std::string& args) {
-  CommandResult r;
-  const std::string cmd = std::string(MARLAAS_BIN_DIR) + "/marlaas " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) r.output.append(buf, n);
-  const int w = ::pclose(p);
-  r.status = WIFEXITED(w) ? WEXITSTATUS(w) : -1;
-  return r;
-}
+using testing::CommandResult;
+using testing::RunMarlaas;
 
 std::string WriteProgram(const std::string& name, const std::string& text) {
   const std::string path = ::testing::TempDir() + "/" + name;

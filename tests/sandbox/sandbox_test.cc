@@ -2,10 +2,16 @@
 // that the host (this test process, its files, its network) is unharmed.
 #include "sandbox/sandbox.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cstddef>
+#include <cstring>
 #include <fstream>
 #include <thread>
 
@@ -128,6 +134,74 @@ TEST(SandboxTest, RunsCannotSeeTheStateDirOrEachOther) {
   EXPECT_EQ(b.stdout_data.find("'proc "), b.stdout_data.rfind("'proc ")) << b.stdout_data;
   std::remove((state + "/tenant-secret").c_str());
   rmdir(state.c_str());
+}
+
+// The per-process rlimits hold: open files stop at max_open_files (EMFILE), processes of the
+// run's user at max_processes (EAGAIN).
+TEST(SandboxTest, OpenFileAndProcessLimitsHold) {
+  SandboxLimits l;
+  l.max_open_files = 20;
+  l.max_processes = 5;
+  l.wall_timeout_ms = 5000;
+  auto r = Python(
+      "import os, time\nn = 0\ntry:\n    while n < 1000: os.open('/dev/null', os.O_RDONLY); n += "
+      "1\nexcept OSError as e: print('files', n + 3, e.errno)\nkids = 0\ntry:\n"
+      "    while kids < 100:\n        if os.fork() == 0: time.sleep(2); os._exit(0)\n"
+      "        kids += 1\nexcept OSError as e: print('processes', kids + 1, e.errno)\n",
+      l);
+  ASSERT_EQ(r.outcome, SandboxOutcome::kExited) << r.stderr_data << r.setup_error;
+  int files = 0, files_errno = 0, procs = 0, procs_errno = 0;
+  ASSERT_EQ(std::sscanf(r.stdout_data.c_str(), "files %d %d\nprocesses %d %d", &files, &files_errno,
+                        &procs, &procs_errno),
+            4)
+      << r.stdout_data;
+  EXPECT_EQ(files, 20);
+  EXPECT_EQ(files_errno, EMFILE);
+  // The sandbox's helper process runs as the same user and counts too.
+  EXPECT_GE(procs, 3);
+  EXPECT_LE(procs, 5);
+  EXPECT_EQ(procs_errno, EAGAIN);
+}
+
+// Services listening on the host — TCP on loopback and an abstract Unix socket (the kind AF_UNIX
+// sockets, which the filter allows, could reach) — cannot be reached from a run: AF_INET is
+// refused and the abstract namespace belongs to the run's own network namespace.
+TEST(SandboxTest, HostLoopbackAndAbstractSocketServicesAreUnreachable) {
+  const int tcp = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  ASSERT_GE(tcp, 0);
+  sockaddr_in in{};
+  in.sin_family = AF_INET;
+  in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(tcp, reinterpret_cast<sockaddr*>(&in), sizeof(in)), 0);
+  socklen_t len = sizeof(in);
+  ASSERT_EQ(::getsockname(tcp, reinterpret_cast<sockaddr*>(&in), &len), 0);
+  ASSERT_EQ(::listen(tcp, 4), 0);
+  const std::string abstract = "marlaas-test-" + std::to_string(::getpid());
+  const int unix_fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  sockaddr_un un{};
+  un.sun_family = AF_UNIX;
+  std::memcpy(un.sun_path + 1, abstract.data(), abstract.size());
+  const socklen_t un_len = socklen_t(offsetof(sockaddr_un, sun_path) + 1 + abstract.size());
+  ASSERT_EQ(::bind(unix_fd, reinterpret_cast<sockaddr*>(&un), un_len), 0);
+  ASSERT_EQ(::listen(unix_fd, 4), 0);
+  const std::string code =
+      "import socket\n"
+      "try:\n    socket.create_connection(('127.0.0.1', " +
+      std::to_string(ntohs(in.sin_port)) +
+      "), timeout=1); print('tcp connected')\n"
+      "except OSError as e: print('tcp', e.errno)\n"
+      "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+      "try:\n    s.connect('\\0" +
+      abstract +
+      "'); print('unix connected')\n"
+      "except OSError as e: print('unix', e.errno)\n";
+  auto r = Python(code);
+  ASSERT_EQ(r.outcome, SandboxOutcome::kExited) << r.stderr_data << r.setup_error;
+  EXPECT_EQ(r.stdout_data, "tcp 1\nunix 111\n");  // EPERM from seccomp; ECONNREFUSED: no one
+  EXPECT_LT(::accept(tcp, nullptr, nullptr), 0);  // nothing ever arrived on the host side
+  EXPECT_LT(::accept(unix_fd, nullptr, nullptr), 0);
+  ::close(tcp);
+  ::close(unix_fd);
 }
 
 // Every attack of the escape suite (the same cases `marlaas sandbox-check` runs) fails, and the

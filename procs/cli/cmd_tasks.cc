@@ -1,0 +1,81 @@
+// `marlaas tasks`: the built-in tasks as JSONL, and JSONL files checked for import.
+//   marlaas tasks --task T [--n N] [--seed S] [--difficulty D] [--held-out]
+//     prints N examples ({"id","prompt","reference","metadata"} per line) of the stream a tenant
+//     with that dataset seed trains on, or of its held-out stream (procs/common/task_source.h);
+//     the output is a dataset a "custom" job can use.
+//   marlaas tasks --check FILE
+//     reads a JSONL dataset the way a custom tenant's does and names the first bad line.
+#include <cstdio>
+#include <fstream>
+
+#include "procs/cli/cli.h"
+#include "procs/common/task_source.h"
+#include "proto/job_spec.h"
+#include "tasks/task.h"
+
+namespace marlaas::cli {
+
+int RunTasks(const std::vector<std::string>& argv) {
+  std::vector<std::string> args = argv;
+  std::string task, check;
+  long long n = 10, seed = 0, difficulty = 1;
+  TakeFlag(&args, "--task", &task);
+  TakeFlag(&args, "--check", &check);
+  if (!TakeInteger(&args, "tasks", "--n", 1, 10000000, &n) ||
+      !TakeInteger(&args, "tasks", "--seed", 0, (1ll << 62), &seed) ||
+      !TakeInteger(&args, "tasks", "--difficulty", 1, 5, &difficulty)) {
+    return 2;
+  }
+  const bool held_out = TakeSwitch(&args, "--held-out");
+  if (int rc = RejectRest("tasks", args)) return rc;
+  if (!check.empty()) {
+    std::ifstream in(check);
+    if (!in) {
+      std::fprintf(stderr, "marlaas tasks: cannot open %s\n", check.c_str());
+      return 2;
+    }
+    size_t line_no = 0, examples = 0;
+    for (std::string line; std::getline(in, line);) {
+      ++line_no;
+      if (line.empty()) continue;
+      auto e = tasks::FromJsonl(line);
+      if (!e.ok()) {
+        std::fprintf(stderr, "marlaas tasks: %s line %zu: %s\n", check.c_str(), line_no,
+                     e.status().message().c_str());
+        return 1;
+      }
+      ++examples;
+    }
+    std::printf("%s: %zu examples\n", check.c_str(), examples);
+    return examples > 0 ? 0 : 1;
+  }
+  pb::JobSpec j;
+  j.set_tenant("tasks");
+  j.set_task(task);
+  j.mutable_dataset()->set_seed(uint64_t(seed));
+  j.mutable_dataset()->set_difficulty(uint32_t(difficulty));
+  j.mutable_dataset()->set_eval_prompts(uint32_t(std::min<long long>(n, 100000)));
+  ApplyJobSpecDefaults(&j);
+  if (task.empty() || task == "custom" || !ValidateJobSpec(j).ok()) {
+    std::fprintf(stderr,
+                 "usage: marlaas tasks --task T [--n N] [--seed S] [--difficulty D] "
+                 "[--held-out] | --check FILE\n  T: one of");
+    for (const auto& t : tasks::BuiltinTaskNames()) std::fprintf(stderr, " %s", t.c_str());
+    std::fprintf(stderr, "\n");
+    return 2;
+  }
+  auto source = pipeline::TaskSource::ForJob(j);
+  if (!source.ok()) {
+    std::fprintf(stderr, "marlaas tasks: %s\n", source.status().ToString().c_str());
+    return 1;
+  }
+  if (held_out && uint64_t(n) > (*source)->eval_count()) n = (long long)(*source)->eval_count();
+  for (long long i = 0; i < n; ++i) {
+    const tasks::TaskExample e =
+        held_out ? (*source)->Eval(uint64_t(i)) : (*source)->Train(uint64_t(i));
+    std::printf("%s\n", tasks::ToJsonl(e).c_str());
+  }
+  return 0;
+}
+
+}  // namespace marlaas::cli

@@ -1,0 +1,79 @@
+// `marlaas tasks`: a built-in task's examples exported as JSONL are the examples a tenant with
+// that dataset trains (or is evaluated) on, and they import back as a custom dataset.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "procs/common/task_source.h"
+#include "proto/job_spec.h"
+#include "tasks/task.h"
+#include "tests/procs/run_marlaas.h"
+
+namespace marlaas {
+namespace {
+
+using testing::RunMarlaas;
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+TEST(TasksCliTest, ExportedExamplesAreTheTenantsAndImportBack) {
+  pb::JobSpec j;
+  j.set_tenant("t");
+  j.set_task("countdown");
+  j.mutable_dataset()->set_seed(42);
+  j.mutable_dataset()->set_eval_prompts(5);
+  ApplyJobSpecDefaults(&j);
+  auto source = pipeline::TaskSource::ForJob(j);
+  ASSERT_TRUE(source.ok());
+  for (const bool held_out : {false, true}) {
+    const auto r = RunMarlaas(std::string("tasks --task countdown --n 5 --seed 42") +
+                              (held_out ? " --held-out" : ""));
+    ASSERT_EQ(r.status, 0) << r.output;
+    const auto lines = Lines(r.output);
+    ASSERT_EQ(lines.size(), 5u) << r.output;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      auto e = tasks::FromJsonl(lines[i]);
+      ASSERT_TRUE(e.ok()) << lines[i];
+      const tasks::TaskExample want = held_out ? (*source)->Eval(i) : (*source)->Train(i);
+      EXPECT_EQ(e->prompt, want.prompt);
+      EXPECT_EQ(e->reference, want.reference);
+      // The verifier of the task accepts the exported reference solution.
+      auto task = *tasks::MakeTask("countdown");
+      const std::string solution =
+          nlohmann::json::parse(e->metadata_json)["solution"].get<std::string>();
+      EXPECT_EQ(task->Verify(*e, " " + solution + "\n").reward, 1.0) << lines[i];
+    }
+    const std::string file = ::testing::TempDir() + "/export" + (held_out ? "h" : "t") + ".jsonl";
+    std::ofstream(file) << r.output;
+    const auto check = RunMarlaas("tasks --check " + file);
+    EXPECT_EQ(check.status, 0) << check.output;
+    EXPECT_NE(check.output.find("5 examples"), std::string::npos) << check.output;
+  }
+}
+
+TEST(TasksCliTest, BadInputIsNamed) {
+  const std::string file = ::testing::TempDir() + "/bad.jsonl";
+  std::ofstream(file) << R"({"id": "a", "prompt": "p", "reference": "r"})"
+                      << "\n{oops\n";
+  auto r = RunMarlaas("tasks --check " + file);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("line 2"), std::string::npos) << r.output;
+  r = RunMarlaas("tasks --task chess");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("arithmetic countdown python_functions calculator_tool"),
+            std::string::npos)
+      << r.output;
+  r = RunMarlaas("tasks --task arithmetic --n 0");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--n"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace marlaas
