@@ -78,4 +78,21 @@ bool StrongIsolation(const std::vector<IsolationLayer>& layers) {
   return true;
 }
 
+IsolationPolicy DecideIsolationPolicy(const std::vector<IsolationLayer>& layers, bool allow_weak) {
+  IsolationPolicy p;
+  std::string missing;
+  for (const IsolationLayer& l : layers)
+    if (l.required && !l.available) missing += (missing.empty() ? "" : ", ") + l.name;
+  if (missing.empty()) return p;
+  if (allow_weak) {
+    p.warning = "WARNING: --allow-weak-sandbox: running untrusted code WITHOUT " + missing +
+                ". Do not use this with code you do not trust.";
+  } else {
+    p.refuse = "sandbox lacks " + missing +
+               "; untrusted code refused (see `marlaas sandbox-check`; --allow-weak-sandbox "
+               "overrides)";
+  }
+  return p;
+}
+
 }  // namespace marlaas::sandbox

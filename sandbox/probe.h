@@ -19,4 +19,13 @@ std::vector<IsolationLayer> ProbeIsolation();
 // True when every required layer is available.
 bool StrongIsolation(const std::vector<IsolationLayer>& layers);
 
+// The verifier's decision on a host with these layers. All required ones there: nothing to say.
+// One missing: `refuse` names the missing layers (untrusted work then fails with it), unless
+// allow_weak, where `refuse` is empty and `warning` names them for a loud log line.
+struct IsolationPolicy {
+  std::string refuse;
+  std::string warning;
+};
+IsolationPolicy DecideIsolationPolicy(const std::vector<IsolationLayer>& layers, bool allow_weak);
+
 }  // namespace marlaas::sandbox

@@ -59,7 +59,7 @@ bool TaskSource::runs_untrusted_code() const {
 sandbox::Verdict TaskSource::Verify(const tasks::TaskExample& example,
                                     const std::string& completion) const {
   if (task_) return task_->Verify(example, completion);
-  // Only what the job carries: the service never reads a host path for a tenant.
+  // Only what the job carries: the verifier never reads a host path a command names.
   sandbox::CommandVerifierSpec v;
   v.argv.assign(spec_.verifier().command().begin(), spec_.verifier().command().end());
   for (const auto& [name, body] : spec_.verifier().files()) v.files.emplace_back(name, body);

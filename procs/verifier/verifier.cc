@@ -370,24 +370,11 @@ Status Verifier::Run() {
 }  // namespace
 
 Status RunVerifier(const pipeline::StageArgs& args) {
-  std::string refuse;
-  const auto layers = sandbox::ProbeIsolation();
-  if (!sandbox::StrongIsolation(layers)) {
-    std::string missing;
-    for (const auto& l : layers)
-      if (l.required && !l.available) missing += (missing.empty() ? "" : ", ") + l.name;
-    if (args.allow_weak_sandbox) {
-      StageLog(kRole,
-               "WARNING: --allow-weak-sandbox: running untrusted code WITHOUT %s. Do not use this "
-               "with code you do not trust.",
-               missing.c_str());
-    } else {
-      refuse = "sandbox lacks " + missing +
-               "; untrusted code refused (see `marlaas sandbox-check`; --allow-weak-sandbox "
-               "overrides)";
-      StageLog(kRole, "%s", refuse.c_str());
-    }
-  }
+  const sandbox::IsolationPolicy policy =
+      sandbox::DecideIsolationPolicy(sandbox::ProbeIsolation(), args.allow_weak_sandbox);
+  if (!policy.warning.empty()) StageLog(kRole, "%s", policy.warning.c_str());
+  if (!policy.refuse.empty()) StageLog(kRole, "%s", policy.refuse.c_str());
+  std::string refuse = policy.refuse;
   MARLAAS_ASSIGN_OR_RETURN(TenantTable table, TenantTable::Attach(args.instance));
   MARLAAS_ASSIGN_OR_RETURN(MetricsSegment metrics,
                            MetricsSegment::Attach(args.instance, pipeline::kVerifierRole));

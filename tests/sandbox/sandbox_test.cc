@@ -229,6 +229,26 @@ TEST(SandboxProbeTest, ThisHostProvidesEveryRequiredLayer) {
   EXPECT_TRUE(StrongIsolation(layers));
 }
 
+// A host missing a required layer: untrusted work is refused with the layer named, unless the
+// operator allowed a weak sandbox, which is then said loudly; an optional layer changes nothing.
+TEST(SandboxProbeTest, AMissingRequiredLayerRefusesUntrustedWorkUnlessAllowed) {
+  std::vector<IsolationLayer> layers = {{"user namespace", true, true, ""},
+                                        {"seccomp-bpf", true, true, ""},
+                                        {"cgroup limits per run (pids, memory)", false, false, ""}};
+  IsolationPolicy p = DecideIsolationPolicy(layers, false);
+  EXPECT_TRUE(p.refuse.empty() && p.warning.empty()) << p.refuse << p.warning;
+  layers[1].available = false;
+  p = DecideIsolationPolicy(layers, false);
+  EXPECT_NE(p.refuse.find("seccomp-bpf"), std::string::npos) << p.refuse;
+  EXPECT_NE(p.refuse.find("--allow-weak-sandbox"), std::string::npos) << p.refuse;
+  EXPECT_EQ(p.refuse.find("cgroup"), std::string::npos) << p.refuse;
+  EXPECT_TRUE(p.warning.empty());
+  p = DecideIsolationPolicy(layers, true);
+  EXPECT_TRUE(p.refuse.empty()) << p.refuse;
+  EXPECT_NE(p.warning.find("WARNING"), std::string::npos) << p.warning;
+  EXPECT_NE(p.warning.find("seccomp-bpf"), std::string::npos) << p.warning;
+}
+
 TEST(SandboxTest, BadRequestsAreRefused) {
   SandboxRequest r;
   r.argv = {"python3"};
