@@ -5,7 +5,7 @@
 namespace marlaas::sandbox {
 
 std::optional<ParsedToolCall> FindToolCall(std::string_view text, size_t from) {
-  static constexpr std::string_view kOpen = "<tool name=\"", kClose = "</tool>";
+  static constexpr std::string_view kOpen = kToolCallOpen, kClose = kToolCallEnd;
   size_t at = text.find(kOpen, from);
   while (at != std::string_view::npos) {
     const size_t name_begin = at + kOpen.size();
@@ -37,11 +37,11 @@ std::optional<ParsedToolCall> TrailingToolCall(std::string_view text) {
 }
 
 std::string FormatToolCall(const std::string& name, const std::string& input) {
-  return "<tool name=\"" + name + "\">" + input + "</tool>";
+  return kToolCallOpen + name + "\">" + input + kToolCallEnd;
 }
 
 std::string FormatToolResult(const std::string& output) {
-  return "<result>" + output + "</result>";
+  return kToolResultOpen + output + kToolResultEnd;
 }
 
 SandboxLimits ToolLimits() {

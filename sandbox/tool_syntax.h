@@ -24,6 +24,11 @@ struct ParsedToolCall {
 std::optional<ParsedToolCall> FindToolCall(std::string_view text, size_t from = 0);
 // The call that `text` ends with (what a completion that stopped at </tool> asks for), if any.
 std::optional<ParsedToolCall> TrailingToolCall(std::string_view text);
+// The markers (the tiny base's tokenizer has each as one special token: model/pretrain.cc).
+inline constexpr char kToolCallOpen[] = "<tool name=\"";
+inline constexpr char kToolCallEnd[] = "</tool>";
+inline constexpr char kToolResultOpen[] = "<result>";
+inline constexpr char kToolResultEnd[] = "</result>";
 // How many tool round trips one completion may make.
 inline constexpr int kMaxToolTurns = 2;
 std::string FormatToolCall(const std::string& name, const std::string& input);

@@ -25,8 +25,11 @@ TaskExample CalculatorToolTask::Example(uint64_t seed, uint64_t index, int diffi
 sandbox::Verdict CalculatorToolTask::Verify(const TaskExample& e,
                                             const std::string& completion) const {
   // The answer is what follows the last tool result (or the whole line without tool use).
-  const size_t last = completion.rfind("</result>");
-  const std::string tail = last == std::string::npos ? completion : completion.substr(last + 9);
+  const size_t last = completion.rfind(sandbox::kToolResultEnd);
+  const std::string tail =
+      last == std::string::npos
+          ? completion
+          : completion.substr(last + std::char_traits<char>::length(sandbox::kToolResultEnd));
   return MatchFinalAnswer(e.reference, sandbox::ExtractFinalAnswer(tail));
 }
 

@@ -26,7 +26,7 @@ Result<EvalResult> EvaluateHeldOut(const std::string& model_dir, const pb::JobSp
   model::Generator gen(model);
   std::vector<int32_t> stops = tok.Encode("\n");
   if (auto eot = tok.TokenId("<|endoftext|>")) stops.push_back(*eot);
-  const auto tool_end = tok.TokenId("</tool>");
+  const auto tool_end = tok.TokenId(sandbox::kToolCallEnd);
   if (tool_end) stops.push_back(*tool_end);
   n = std::min<int>(n, int(source->eval_count()));
   struct Item {

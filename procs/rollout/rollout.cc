@@ -98,7 +98,7 @@ class Rollout {
     incarnation_ = uint32_t(Mix(uint64_t(self.pid), self.start_ticks));
     stops_ = tok_.Encode("\n");
     if (auto eot = tok_.TokenId("<|endoftext|>")) stops_.push_back(*eot);
-    if (auto t = tok_.TokenId("</tool>")) {
+    if (auto t = tok_.TokenId(sandbox::kToolCallEnd)) {
       tool_end_ = *t;
       stops_.push_back(*t);
     }
