@@ -15,7 +15,8 @@ struct LoraSegments {
   std::vector<const LoraAdapter*> adapters;
   std::vector<int32_t> start;    // segment s covers rows [start[s], start[s+1]); size num + 1
   std::vector<int32_t> adapter;  // index into adapters, -1 for none; size num
-  // Consecutive segments of `rows_each` rows whose adapters are given per segment.
+  // Blocks of `rows_each` rows whose adapters are given per block; consecutive blocks with the
+  // same adapter are merged into one segment.
   static LoraSegments Uniform(std::vector<const LoraAdapter*> adapters,
                               const std::vector<int32_t>& adapter_per_block, int32_t rows_each);
 };

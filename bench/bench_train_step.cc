@@ -1,0 +1,107 @@
+// bench_train_step: the trainer's GRPO step (rl::MultiTenantStep) on the built-in tiny base's
+// shape (random weights, LoRA rank 8 on every target), one compute thread: milliseconds per step
+// and trained tokens/s for a batch of R rows of L tokens (half prompt, half completion), split
+// over T tenants. It tells where the trainer's time goes as batches grow, and calibrates the
+// pipeline simulator.
+//
+//   bench_train_step [--json FILE] [--quick]
+#include <torch/csrc/autograd/profiler_legacy.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/report.h"
+#include "model/compute_threads.h"
+#include "model/pretrain.h"
+#include "rl/multi_tenant_step.h"
+
+namespace marlaas::bench {
+namespace {
+
+struct Row {
+  int tenants, rows, len;
+  double ms_per_step, tokens_per_s;
+};
+
+Row Measure(const std::shared_ptr<const model::BaseWeights>& w, int tenants, int rows, int len,
+            int reps) {
+  const model::Transformer model(w);
+  std::vector<std::unique_ptr<model::LoraAdapter>> adapters;
+  std::vector<std::unique_ptr<torch::optim::AdamW>> opts;
+  std::vector<rl::TenantStep> steps(static_cast<size_t>(tenants));
+  std::mt19937 rng(7);
+  for (int t = 0; t < tenants; ++t) {
+    auto a = model::LoraAdapter::Create(*w, 8, 16.0f, 0x7f, uint64_t(t + 1));
+    adapters.push_back(std::make_unique<model::LoraAdapter>(std::move(*a)));
+    adapters.back()->flat().set_requires_grad(true);
+    opts.push_back(std::make_unique<torch::optim::AdamW>(
+        std::vector<torch::Tensor>{adapters.back()->flat()}, torch::optim::AdamWOptions(1e-3)));
+    steps[size_t(t)].adapter = adapters.back().get();
+    steps[size_t(t)].optimizer = opts.back().get();
+  }
+  for (int r = 0; r < rows; ++r) {
+    rl::Completion c;
+    for (int j = 0; j < len; ++j) {
+      c.tokens.push_back(int32_t(rng() % uint32_t(w->config.vocab_size)));
+      c.loss_mask.push_back(j >= len / 2 ? 1 : 0);
+      c.behaviour_logprobs.push_back(j >= len / 2 ? -3.0f : 0.0f);
+    }
+    c.advantage = float(int(rng() % 3) - 1);
+    steps[size_t(r % tenants)].completions.push_back(std::move(c));
+  }
+  rl::MultiTenantStep(model, steps);                             // warm-up
+  if (const char* trace = std::getenv("MARLAAS_BENCH_TRACE")) {  // a chrome trace of one step
+    const std::string trace_path = trace;
+    torch::autograd::profiler::RecordProfile guard(trace_path);
+    rl::MultiTenantStep(model, steps);
+  }
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    rl::MultiTenantStep(model, steps);
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  const double p50 = Percentile(ms, 50);
+  return {tenants, rows, len, p50, double(rows) * len / (p50 / 1000)};
+}
+
+int Run(int argc, char** argv) {
+  BenchArgs args;
+  if (!ParseBenchArgs(argc, argv, "bench_train_step [--json FILE] [--quick]", &args)) return 2;
+  model::SetComputeThreads(1);
+  auto w = model::BaseWeights::Random(model::TinyConfig(), 1);
+  const int reps = args.quick ? 2 : 5;
+  std::vector<Row> rows;
+  struct Shape {
+    int tenants, rows, len;
+  };
+  const std::vector<Shape> shapes =
+      args.quick
+          ? std::vector<Shape>{{1, 16, 16}, {4, 16, 16}}
+          : std::vector<Shape>{{1, 16, 16},  {1, 64, 16},  {1, 256, 16}, {1, 16, 64},  {1, 64, 64},
+                               {1, 256, 64}, {8, 256, 16}, {8, 256, 64}, {32, 256, 16}};
+  std::printf("%8s %6s %5s %12s %12s\n", "tenants", "rows", "len", "ms/step", "tokens/s");
+  std::vector<std::string> objects;
+  for (const Shape& s : shapes) {
+    const Row r = Measure(w, s.tenants, s.rows, s.len, reps);
+    rows.push_back(r);
+    std::printf("%8d %6d %5d %12.1f %12.0f\n", r.tenants, r.rows, r.len, r.ms_per_step,
+                r.tokens_per_s);
+    std::fflush(stdout);
+    objects.push_back("{\"tenants\":" + std::to_string(r.tenants) +
+                      ",\"rows\":" + std::to_string(r.rows) + ",\"len\":" + std::to_string(r.len) +
+                      ",\"ms_per_step\":" + JsonNumber(r.ms_per_step) +
+                      ",\"tokens_per_s\":" + JsonNumber(r.tokens_per_s) + "}");
+  }
+  return FinishBench(args, objects, {});
+}
+
+}  // namespace
+}  // namespace marlaas::bench
+
+int main(int argc, char** argv) { return marlaas::bench::Run(argc, argv); }
