@@ -5,9 +5,10 @@
 // checkpoint, and writes a report folder: summary.json, rewards.svg (per-tenant reward curves),
 // utilization.svg (engine utilisation over time) and table.txt.
 //
-// Evaluation (base_reward, final_reward): greedy decoding on the tenant's first `eval_prompts`
-// held-out examples (a prompt stream training never sees), tools executed, scored by the task's
-// verifier (procs/common/evaluation.h).
+// Evaluation (base_reward, final_reward): greedy decoding on the tenant's first 256 held-out
+// examples (a prompt stream training never sees), tools executed, scored by the task's verifier
+// (procs/common/evaluation.h). 256, not fewer: the acceptance asks for +0.2, and the standard
+// error of a mean over 48 right/wrong answers is ~0.07.
 #include <unistd.h>
 
 #include <chrono>
@@ -31,28 +32,48 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+// How each built-in task trains in the demo (measured on the tiny base, one tenant alone, held-out
+// greedy reward on 256 prompts). Arithmetic is learnt fact by fact (200 single-digit facts): 100
+// steps of 2 prompts gained +0.06, of 32 prompts +0.14 to +0.22 at lr 3e-3 and +0.27 at 5e-3; its
+// answers are a few tokens, so many prompts a step are cheap. Countdown gained +0.30 with 8.
+// The calculator's samples are the costliest (a tool round trip); 16 prompts a step raised its
+// sampled reward (+0.15) but not its greedy one, so it gets 8.
+constexpr uint32_t kDemoEvalPrompts = 256;
+
+struct DemoTask {
+  const char* task;
+  uint32_t prompts_per_step;
+  uint32_t max_new_tokens;
+  float learning_rate[2];  // the first and second tenant of the task
+};
+constexpr DemoTask kDemoTasks[] = {
+    {"arithmetic", 32, 8, {5e-3f, 4e-3f}},
+    {"countdown", 8, 40, {2e-3f, 3e-3f}},
+    {"python_functions", 4, 40, {2e-3f, 3e-3f}},
+    {"calculator_tool", 8, 40, {3e-3f, 2e-3f}},
+};
+
 // Tenant k of the demo: tasks in turn, seeds and hyperparameters varied.
 pb::JobSpec DemoJob(int k, int steps) {
-  static const char* kTasks[] = {"arithmetic", "countdown", "python_functions", "calculator_tool"};
-  static const float kLr[] = {3e-3f, 2e-3f};
+  const DemoTask& t = kDemoTasks[k % 4];
   pb::JobSpec j;
-  j.set_task(kTasks[k % 4]);
-  j.set_tenant(std::string(kTasks[k % 4]).substr(0, 5) + "-" + std::to_string(k));
+  j.set_task(t.task);
+  j.set_tenant(std::string(t.task).substr(0, 5) + "-" + std::to_string(k));
   j.mutable_dataset()->set_seed(uint64_t(101 + k));
   j.mutable_dataset()->set_difficulty(1);
-  j.mutable_dataset()->set_eval_prompts(48);
-  j.mutable_optimizer()->set_learning_rate(kLr[(k / 4) % 2]);
+  j.mutable_dataset()->set_eval_prompts(kDemoEvalPrompts);
+  j.mutable_optimizer()->set_learning_rate(t.learning_rate[(k / 4) % 2]);
   j.mutable_optimizer()->set_schedule("cosine");
   j.mutable_optimizer()->set_warmup_steps(5);
   j.mutable_lora()->set_rank(k / 4 % 2 ? 16 : 8);
   j.mutable_sampling()->set_temperature(1.0f);
-  j.mutable_sampling()->set_max_new_tokens(40);
+  j.mutable_sampling()->set_max_new_tokens(t.max_new_tokens);
   j.mutable_sampling()->set_seed(uint64_t(7 + k));
   j.set_group_size(8);
-  j.set_prompts_per_step(2);
+  j.set_prompts_per_step(t.prompts_per_step);
   j.set_max_steps(uint32_t(steps));
   j.set_max_staleness(1);
-  j.set_checkpoint_every(5);
+  j.set_checkpoint_every(10);
   ApplyJobSpecDefaults(&j);
   return j;
 }
