@@ -47,7 +47,7 @@ struct DemoTask {
   float learning_rate[2];  // the first and second tenant of the task
 };
 constexpr DemoTask kDemoTasks[] = {
-    {"arithmetic", 32, 8, {5e-3f, 4e-3f}},
+    {"arithmetic", 32, 8, {5e-3f, 5e-3f}},
     {"countdown", 8, 40, {2e-3f, 3e-3f}},
     {"python_functions", 4, 40, {2e-3f, 3e-3f}},
     {"calculator_tool", 8, 40, {3e-3f, 2e-3f}},
