@@ -161,6 +161,46 @@ TEST_F(PipelineTest, FourTenantsLearnTogether) {
   }
 }
 
+// Tenants competing for the rollout's batch get turns in round robin: two tenants of the same
+// task and settings progress together, whatever else runs. (The rollout used to hand the slots
+// that finished groups freed to the first tenants in its order, from wherever the turn had
+// stopped: an 8-tenant demo had one arithmetic tenant at step 0 while its twin was at 26.)
+TEST_F(PipelineTest, TwinTenantsProgressTogether) {
+  StartService();
+  constexpr int kSteps = 10;
+  const std::vector<std::pair<std::string, uint32_t>> kinds = {{"arithmetic", 16},
+                                                               {"countdown", 4}};
+  for (int k = 0; k < 4; ++k) {
+    const auto& [task, pps] = kinds[size_t(k % 2)];
+    pb::JobSpec j = SmallJob("twin" + std::to_string(k), task, kSteps, uint64_t(40 + k));
+    j.set_group_size(8);
+    j.set_prompts_per_step(pps);  // arithmetic: 2 steps x 16 groups x 8 in flight > the batch
+    j.mutable_sampling()->set_max_new_tokens(task == "arithmetic" ? 8 : 24);
+    ASSERT_TRUE(service_->Admit(j).ok());
+  }
+  // For each pair (twin0, twin2) and (twin1, twin3): the twin's step when the first finished.
+  std::map<int, uint64_t> twin_at;
+  ASSERT_TRUE(RunUntil([&] { return service_->AllDone(); }, 200,
+                       [&] {
+                         std::map<std::string, uint64_t> steps;
+                         for (const serve::TenantView& t : service_->Tenants())
+                           steps[t.record.id] = t.trainer.steps;
+                         for (int p = 0; p < 2; ++p) {
+                           const uint64_t a = steps["twin" + std::to_string(p)],
+                                          b = steps["twin" + std::to_string(p + 2)];
+                           if (!twin_at.count(p) && std::max(a, b) >= uint64_t(kSteps))
+                             twin_at[p] = std::min(a, b);
+                         }
+                       }))
+      << "training did not finish";
+  for (int p = 0; p < 2; ++p) {
+    ASSERT_TRUE(twin_at.count(p));
+    std::printf("%s: when one twin finished, the other was at step %llu of %d\n",
+                kinds[size_t(p)].first.c_str(), (unsigned long long)twin_at[p], kSteps);
+    EXPECT_GE(twin_at[p], uint64_t(kSteps) * 2 / 3) << kinds[size_t(p)].first;
+  }
+}
+
 TEST_F(PipelineTest, BrokenTenantVerifiersDoNotHarmOthers) {
   StartService();
   const std::string data = state_dir_ + "/custom.jsonl";
