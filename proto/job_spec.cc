@@ -12,7 +12,8 @@ namespace {
 
 namespace util = google::protobuf::util;
 
-constexpr size_t kMaxVerifierFileBytes = 1 << 20;
+// Half a control frame (procs/serve/control_frame.h): a valid job always fits one.
+constexpr size_t kMaxVerifierFileBytes = 512 << 10;
 
 const std::vector<std::string>& KnownTargets() {
   static const std::vector<std::string> kTargets = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
