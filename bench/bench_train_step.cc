@@ -1,8 +1,9 @@
 // bench_train_step: the trainer's GRPO step (rl::MultiTenantStep) on the built-in tiny base's
 // shape (random weights, LoRA rank 8 on every target), one compute thread: milliseconds per step
 // and trained tokens/s for a batch of R rows of L tokens (half prompt, half completion), split
-// over T tenants. It tells where the trainer's time goes as batches grow, and calibrates the
-// pipeline simulator.
+// over T tenants. It tells where the trainer's time goes as batches grow. Target: the step for
+// 256 rows split over 32 tenants within 1.5x of the same rows for one tenant. Exit 1 when a full
+// run misses it. MARLAAS_BENCH_TRACE=FILE also writes a chrome trace of one step per shape.
 //
 //   bench_train_step [--json FILE] [--quick]
 #include <torch/csrc/autograd/profiler_legacy.h>
@@ -98,7 +99,20 @@ int Run(int argc, char** argv) {
                       ",\"ms_per_step\":" + JsonNumber(r.ms_per_step) +
                       ",\"tokens_per_s\":" + JsonNumber(r.tokens_per_s) + "}");
   }
-  return FinishBench(args, objects, {});
+  // The multi-tenant step must not grow with the number of tenants sharing a batch (a narrow per
+  // tenant once made a 32-tenant step ~6x one tenant's): the same rows and length split over the
+  // most tenants against one tenant.
+  const Row& many = rows.back();
+  const Row* one = nullptr;
+  for (const Row& r : rows)
+    if (r.tenants == 1 && r.rows == many.rows && r.len == many.len) one = &r;
+  std::vector<Target> targets;
+  if (one != nullptr) {
+    targets.push_back({std::to_string(many.tenants) + " tenants / 1 tenant, ms per step (" +
+                           std::to_string(many.rows) + " rows of " + std::to_string(many.len) + ")",
+                       many.ms_per_step / one->ms_per_step, 1.5, false});
+  }
+  return FinishBench(args, objects, targets);
 }
 
 }  // namespace

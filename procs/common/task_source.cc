@@ -2,7 +2,6 @@
 
 #include <fstream>
 
-#include "base/file_util.h"
 #include "sandbox/command_verifier.h"
 
 namespace marlaas::pipeline {

@@ -76,5 +76,17 @@ TEST(ToolSyntaxTest, PythonToolRunsSandboxedAndUnknownToolsAreFormatErrors) {
   EXPECT_EQ(ExecuteTool({"shell", "ls", 0, 0}, l).outcome, pb::OUTCOME_FORMAT_ERROR);
 }
 
+// Without explicit limits the python tool runs under ToolLimits(), tighter than a verifier's
+// defaults: 1.5 s of sleep (fine for a verifier's 2 s) is a timeout, 8 KiB of output (fine under
+// a verifier's 64 KiB) is over the tool's 4 KiB, and a crash is a runtime error, not a timeout.
+TEST(ToolSyntaxTest, ThePythonToolHasItsOwnTighterLimits) {
+  EXPECT_EQ(ExecuteTool({"python", "import time\ntime.sleep(1.5)", 0, 0}).outcome,
+            pb::OUTCOME_TIMEOUT);
+  EXPECT_EQ(ExecuteTool({"python", "print('z' * 8192)", 0, 0}).outcome, pb::OUTCOME_OUTPUT_LIMIT);
+  EXPECT_EQ(ExecuteTool({"python", "import ctypes\nctypes.string_at(0)", 0, 0}).outcome,
+            pb::OUTCOME_RUNTIME_ERROR);
+  EXPECT_EQ(ExecuteTool({"python", "print('fits')", 0, 0}).outcome, pb::OUTCOME_OK);
+}
+
 }  // namespace
 }  // namespace marlaas::sandbox
