@@ -9,8 +9,17 @@ pkg_check_modules(SECCOMP REQUIRED IMPORTED_TARGET libseccomp)
 
 # LibTorch: Debian's libtorch-dev (1.13, CPU) here; on GPU hosts a CUDA LibTorch (2.x) through
 # CMAKE_PREFIX_PATH. Only model/, rl/ and the processes that run them link it.
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+  set(CMAKE_CUDA_ARCHITECTURES 90)  # H100/H200; override with -DCMAKE_CUDA_ARCHITECTURES
+endif()
+set(MARLAAS_CUDA_ARCHITECTURES ${CMAKE_CUDA_ARCHITECTURES})
 find_package(Torch REQUIRED)
 message(STATUS "LibTorch ${Torch_VERSION}: ${TORCH_LIBRARIES}")
+# A CUDA LibTorch 2.x's config enables CUDA itself, appends its own -gencode list to
+# CMAKE_CUDA_FLAGS (with archs that CUDA 13's nvcc rejects) and sets CMAKE_CUDA_ARCHITECTURES OFF.
+# No .cu of ours includes LibTorch: ours are restored (a -DCMAKE_CUDA_FLAGS cache entry stays).
+unset(CMAKE_CUDA_FLAGS)
+set(CMAKE_CUDA_ARCHITECTURES ${MARLAAS_CUDA_ARCHITECTURES})
 
 # CUDA is optional: with nvcc, kernels/cuda and the NCCL code are compiled and linked even on a
 # machine without a GPU; tests that need a device skip with a message.
@@ -23,9 +32,6 @@ if(MARLAAS_WITH_CUDA)
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
-    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-      set(CMAKE_CUDA_ARCHITECTURES 90)  # H100/H200; override with -DCMAKE_CUDA_ARCHITECTURES
-    endif()
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
     find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
