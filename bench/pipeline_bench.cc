@@ -58,6 +58,29 @@ std::vector<pb::JobSpec> BenchJobs(int tenants, int steps, uint64_t seed, int ev
   return jobs;
 }
 
+sim::MeasuredRun ToMeasuredRun(const PipelineRun& run) {
+  sim::MeasuredRun m;
+  m.mode = run.mode;
+  m.tenants = run.tenants;
+  m.seed = run.seed;
+  m.complete = run.complete;
+  m.wall_s = run.wall_s;
+  m.util_rollout = run.util_rollout;
+  m.util_trainer = run.util_trainer;
+  for (const pb::JobSpec& j : run.jobs) m.tasks.push_back(j.task());
+  if (!run.jobs.empty()) {
+    const pb::JobSpec& j = run.jobs.front();
+    m.steps = int(j.max_steps());
+    m.group_size = int(j.group_size());
+    m.prompts_per_step = int(j.prompts_per_step());
+    m.max_staleness = int(j.max_staleness());
+  }
+  m.verifier_workers = run.verifier_workers;
+  m.env_latency_ms = run.env_latency_ms;
+  m.costs = run.costs;
+  return m;
+}
+
 Result<PipelineRun> RunPipelineMode(const std::string& mode, int tenants, uint64_t seed,
                                     const PipelineBenchOptions& o) {
   if (std::find(PipelineModes().begin(), PipelineModes().end(), mode) == PipelineModes().end())
@@ -123,7 +146,31 @@ Result<PipelineRun> RunPipelineMode(const std::string& mode, int tenants, uint64
   run.util_verifier = monitor.Utilization(pipeline::kVerifierRole);
   run.util_trainer = monitor.Utilization(pipeline::kTrainerRole);
   run.complete = !timed_out;
+  run.jobs = jobs;
+  run.verifier_workers = o.verifier_workers;
+  run.env_latency_ms = o.env_latency_ms;
+  for (const serve::StageView& s : service->Stages()) {
+    if (s.role == pipeline::kRolloutRole) run.costs.rollout = s.engine.cost;
+    if (s.role == pipeline::kTrainerRole) run.costs.trainer = s.engine.cost;
+  }
   for (const serve::TenantView& v : service->Tenants()) {
+    for (const pb::JobSpec& j : jobs) {
+      if (j.tenant() != v.record.id) continue;
+      sim::TaskCostSums& c = run.costs.tasks[j.task()];
+      ++c.tenants;
+      c.groups_started += v.rollout.cursor;
+      c.prompt_tokens += v.rollout.prompt_tokens;
+      c.completions += v.rollout.samples;
+      c.completion_tokens += v.rollout.tokens;
+      c.groups_scored += v.verifier.groups;
+      c.work_ns += v.verifier.work_ns;
+      c.tool_calls += v.verifier.tool_calls;
+      c.tool_ns += v.verifier.tool_ns;
+      c.groups_trained += v.trainer.groups;
+      c.groups_degenerate += v.trainer.groups_degenerate;
+      c.rows_trained += v.trainer.samples;
+      c.tokens_trained += v.trainer.tokens;
+    }
     run.samples += v.verifier.samples;
     run.groups_dropped += v.trainer.groups_dropped;
     for (int b = 0; b < kStalenessBuckets; ++b) run.staleness[size_t(b)] += v.trainer.staleness[b];

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "bench/sim/measured_run.h"
 #include "proto/marlaas.pb.h"
 #include "shm/metrics.h"
 
@@ -57,6 +58,10 @@ struct PipelineRun {
   std::array<uint64_t, kStalenessBuckets> staleness{};  // groups trained, by staleness
   uint64_t groups_dropped = 0;
   int stage_restarts = 0;
+  // How the run was set up and what its stages cost: enough for bench/sim to replay it.
+  std::vector<pb::JobSpec> jobs;
+  int verifier_workers = 0, env_latency_ms = 0;
+  sim::RunCosts costs;
 };
 
 // The tenants of a run: tenant k takes the built-in tasks in turn, with quick settings (groups
@@ -64,6 +69,9 @@ struct PipelineRun {
 std::vector<pb::JobSpec> BenchJobs(int tenants, int steps, uint64_t seed, int eval_prompts);
 
 // One run of `mode` (one of PipelineModes()) with BenchJobs(tenants, o.steps, seed, ...).
+// The run as bench/sim replays it (set-up, wall time, stage costs).
+sim::MeasuredRun ToMeasuredRun(const PipelineRun& run);
+
 Result<PipelineRun> RunPipelineMode(const std::string& mode, int tenants, uint64_t seed,
                                     const PipelineBenchOptions& o);
 

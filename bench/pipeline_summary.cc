@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 namespace marlaas::bench {
 namespace {
@@ -117,8 +118,10 @@ std::string PipelineTable(const PipelineSummary& s) {
   return out;
 }
 
-std::string PipelineJson(const PipelineSummary& s, double env_latency_ms, int steps) {
+std::string PipelineJson(const PipelineSummary& s, const std::vector<PipelineRun>& runs,
+                         double env_latency_ms, int steps) {
   json doc = {{"steps", steps},
+              {"cores", int(std::thread::hardware_concurrency())},
               {"env_latency_ms", env_latency_ms},
               {"runs", json::array()},
               {"ratios", json::array()}};
@@ -155,6 +158,8 @@ std::string PipelineJson(const PipelineSummary& s, double env_latency_ms, int st
                               {"higher_is_better", t.higher_is_better},
                               {"met", t.met()}});
   }
+  doc["measured"] = json::array();
+  for (const PipelineRun& r : runs) doc["measured"].push_back(sim::MeasuredRunToJson(ToMeasuredRun(r)));
   return doc.dump(2) + "\n";
 }
 

@@ -3,7 +3,8 @@
 // async to sequential_sync measured in the same invocation (end-to-end speed-up, engine
 // utilisation), the targets of the issue at 32 tenants, a table and the JSON document
 // {"runs":[{"mode","tenants","wall_s","util_rollout","util_trainer","samples_per_s",
-// "final_reward_mean","final_reward_spread",...}], "ratios":[...], "targets":[...]}.
+// "final_reward_mean","final_reward_spread",...}], "ratios":[...], "targets":[...],
+// "measured":[...]}.
 // Pure functions.
 #pragma once
 
@@ -45,6 +46,9 @@ struct PipelineSummary {
 
 PipelineSummary SummarisePipelineRuns(const std::vector<PipelineRun>& runs);
 std::string PipelineTable(const PipelineSummary& s);
-std::string PipelineJson(const PipelineSummary& s, double env_latency_ms, int steps);
+// `runs` (every seed's run) go into "measured": their set-up and stage costs, which
+// `marlaas bench sim` calibrates from and replays (bench/sim/measured_run.h).
+std::string PipelineJson(const PipelineSummary& s, const std::vector<PipelineRun>& runs,
+                         double env_latency_ms, int steps);
 
 }  // namespace marlaas::bench

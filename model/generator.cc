@@ -20,9 +20,11 @@ std::vector<GenerationResult> Generator::Step() {
   std::vector<torch::Tensor> inputs;
   std::vector<KvCache*> caches;
   LoraRouting routing;
+  last_step_ = StepShape{seqs_.size(), 0, 0};
   for (auto& s : seqs_) {
     const std::vector<int32_t>& in =
         s->prefilled ? std::vector<int32_t>{s->result.tokens.back()} : s->req.prompt;
+    last_step_.tokens += in.size();
     inputs.push_back(torch::tensor(std::vector<int64_t>(in.begin(), in.end()), torch::kInt64));
     caches.push_back(&s->cache);
     int32_t index = -1;
@@ -33,6 +35,7 @@ std::vector<GenerationResult> Generator::Step() {
     }
     routing.row_adapter.push_back(index);
   }
+  last_step_.adapters = routing.adapters.size();
   auto logits = model_.Step(inputs, caches, &routing).contiguous();
   const int32_t vocab = int32_t(logits.size(1));
   std::vector<std::unique_ptr<Sequence>> still;

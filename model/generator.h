@@ -32,6 +32,13 @@ struct GenerationResult {
   bool hit_stop = false;        // false: reached max_new_tokens
 };
 
+// What one Step computed: its cost drivers (the simulator's calibration, bench/sim).
+struct StepShape {
+  size_t rows = 0;      // sequences in the packed forward
+  size_t tokens = 0;    // tokens in it: a prompt for each joining sequence, 1 for the others
+  size_t adapters = 0;  // distinct adapters (LoRA segments)
+};
+
 class Generator {
  public:
   explicit Generator(const Transformer& model) : model_(model) {}
@@ -41,6 +48,7 @@ class Generator {
   // Advances every active sequence by one token; returns those that finished.
   std::vector<GenerationResult> Step();
   size_t active() const { return seqs_.size(); }
+  const StepShape& last_step() const { return last_step_; }
 
  private:
   struct Sequence {
@@ -52,6 +60,7 @@ class Generator {
   };
   const Transformer& model_;
   std::vector<std::unique_ptr<Sequence>> seqs_;
+  StepShape last_step_;
 };
 
 }  // namespace marlaas::model

@@ -14,8 +14,38 @@
 
 namespace marlaas {
 
-inline constexpr uint32_t kMetricsLayoutVersion = 2;
+inline constexpr uint32_t kMetricsLayoutVersion = 3;
 inline constexpr int kStalenessBuckets = 8;  // staleness 0..6, and >= 7
+
+// Sums for a least-squares fit of a stage's cost per pass, seconds = c0 + c1*x1 + c2*x2 + c3*x3,
+// from which the simulator (bench/sim) is calibrated. The regressors are stage-defined: rollout,
+// one packed forward: rows (sequences), tokens, distinct adapters; trainer, one training step:
+// completions, tokens, tenants stepped. Plain data (it lives in shared memory).
+struct CostSums {
+  static constexpr int kTerms = 4;  // the constant and three regressors
+  uint64_t n;
+  double xtx[kTerms][kTerms];  // sum of x x^T, x = (1, x1, x2, x3)
+  double xty[kTerms];          // sum of x * seconds
+  double yy;                   // sum of seconds^2
+
+  void Add(double x1, double x2, double x3, double seconds) {
+    const double x[kTerms] = {1.0, x1, x2, x3};
+    ++n;
+    for (int i = 0; i < kTerms; ++i) {
+      for (int j = 0; j < kTerms; ++j) xtx[i][j] += x[i] * x[j];
+      xty[i] += x[i] * seconds;
+    }
+    yy += seconds * seconds;
+  }
+  void Merge(const CostSums& o) {
+    n += o.n;
+    for (int i = 0; i < kTerms; ++i) {
+      for (int j = 0; j < kTerms; ++j) xtx[i][j] += o.xtx[i][j];
+      xty[i] += o.xty[i];
+    }
+    yy += o.yy;
+  }
+};
 
 struct EngineMetrics {
   int64_t started_mono_ns;  // when the current process began
@@ -25,12 +55,13 @@ struct EngineMetrics {
   uint64_t queue_depth;     // input waiting, stage-defined
   uint64_t restarts;        // how many times this stage was restarted
   uint64_t errors;
+  CostSums cost;  // per pass (see CostSums); passes before a restart included
 };
 
 struct TenantMetrics {
   uint64_t generation;  // TenantRecord::generation these counters belong to
-  uint64_t samples;
-  uint64_t tokens;
+  uint64_t samples;  // rollout: completions committed; verifier: scored; trainer: trained rows
+  uint64_t tokens;   // rollout: tokens generated; trainer: tokens of the rows it trained
   uint64_t steps;
   uint64_t adapter_version;
   uint64_t reward_count;
@@ -44,6 +75,13 @@ struct TenantMetrics {
   uint64_t cursor;             // rollout: next prompt index; trainer: past the last trained prompt
   uint64_t groups_degenerate;  // trainer: trained groups whose rewards were all equal (no signal)
   double last_reward_mean;     // trainer: mean reward of the last step's groups
+  // Costs by tenant, for the simulator's calibration. Rollout: prompt_tokens of the groups it
+  // started (one prompt per group); verifier: work_ns of its scoring jobs, tool_ns of its tool
+  // calls and tool_calls run.
+  uint64_t prompt_tokens;
+  uint64_t work_ns;
+  uint64_t tool_ns;
+  uint64_t tool_calls;
   char last_error[96];         // the latest problem of this tenant in this stage ("" when none)
 };
 

@@ -26,8 +26,11 @@ const std::vector<Command>& Commands() {
        RunLogs},
       {"report", "[--state-dir DIR] [--out DIR]",
        "reward curves, utilisation timeline and a table from a service's state dir", RunReport},
-      {"bench", "pipeline [--tenants 1,8,32] [--steps K] [--seeds N] [--json FILE]",
-       "sequential_sync vs multi_tenant_sync vs async on the same tenants, in one run", RunBench},
+      {"bench",
+       "pipeline [--tenants 1,8,32] [--steps K] [--seeds N] [--json FILE] | sim --calibrate FILE",
+       "sequential_sync vs multi_tenant_sync vs async on the same tenants, in one run; the "
+       "scheduler's simulator calibrated from such a run",
+       RunBench},
       {"validate", "JOB.json", "check a job spec and print it with every default filled in",
        RunValidate},
       {"segments", "[--instance NAME]", "list MARLaaS shared-memory segments and their owners",

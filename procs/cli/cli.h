@@ -36,6 +36,7 @@ int RunExport(const std::vector<std::string>& args);
 int RunLogs(const std::vector<std::string>& args);
 int RunReport(const std::vector<std::string>& args);
 int RunBench(const std::vector<std::string>& args);
+int RunBenchSim(std::vector<std::string> args);  // `bench sim`
 int RunTasks(const std::vector<std::string>& args);
 
 // Small argument helper: removes "--name VALUE" from args; returns false if absent.

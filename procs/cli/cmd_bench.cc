@@ -121,7 +121,7 @@ int BenchPipeline(std::vector<std::string> args) {
   const int missed = bench::PrintTargets(summary.targets, stdout);
   if (!json_path.empty()) {
     Status st = WriteFileAtomically(json_path,
-                                    bench::PipelineJson(summary, double(latency_ms), int(steps)));
+                                    bench::PipelineJson(summary, runs, double(latency_ms), int(steps)));
     std::vector<ChartSeries> wall, util;
     for (const std::string& m : modes) {
       ChartSeries w{m, {}}, u{m, {}};
@@ -155,7 +155,9 @@ int BenchPipeline(std::vector<std::string> args) {
 int RunBench(const std::vector<std::string>& args) {
   if (!args.empty() && args[0] == "pipeline")
     return BenchPipeline(std::vector<std::string>(args.begin() + 1, args.end()));
-  std::fprintf(stderr, "marlaas bench: expected 'pipeline' (marlaas bench pipeline --help)\n");
+  if (!args.empty() && args[0] == "sim")
+    return RunBenchSim(std::vector<std::string>(args.begin() + 1, args.end()));
+  std::fprintf(stderr, "marlaas bench: expected 'pipeline' or 'sim' (marlaas --help)\n");
   return 2;
 }
 

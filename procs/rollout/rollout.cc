@@ -302,6 +302,7 @@ void Rollout::StartGroup(RolloutTenant* t) {
   pg.set_prompt_id(prompt_id);
   pg.set_behaviour_version(t->version);
   const std::vector<int32_t> prompt = tok_.Encode(example.prompt);
+  t->metrics.prompt_tokens += prompt.size();
   const int group_size = int(t->spec.group_size());
   g->remaining = group_size;
   for (int i = 0; i < group_size; ++i) {
@@ -530,7 +531,11 @@ Status Rollout::Run() {
     if (gen_.active() > 0) {
       const int64_t t0 = MonotonicNanos();
       std::vector<model::GenerationResult> done = gen_.Step();
-      engine_.busy_ns += uint64_t(MonotonicNanos() - t0);
+      const int64_t spent = MonotonicNanos() - t0;
+      engine_.busy_ns += uint64_t(spent);
+      const model::StepShape& shape = gen_.last_step();
+      engine_.cost.Add(double(shape.rows), double(shape.tokens), double(shape.adapters),
+                       double(spent) * 1e-9);
       engine_.items += gen_.active() + done.size();
       for (auto& r : done) OnFinished(r);
     } else {

@@ -451,7 +451,20 @@ void Trainer::TrainReady(bool under_pressure) {
     FinishStep(stepping[k], batches[k], step_of[k] == SIZE_MAX ? nullptr : &results[step_of[k]],
                degenerate_in_step[stepping[k]]);
   }
-  engine_.busy_ns += uint64_t(MonotonicNanos() - t0);
+  const int64_t spent = MonotonicNanos() - t0;
+  engine_.busy_ns += uint64_t(spent);
+  size_t rows = 0, tokens = 0;
+  for (size_t k = 0; k < stepping.size(); ++k) {
+    if (step_of[k] == SIZE_MAX) continue;
+    const rl::TenantStep& st = steps[step_of[k]];
+    size_t tenant_tokens = 0;
+    for (const rl::Completion& c : st.completions) tenant_tokens += c.tokens.size();
+    stepping[k]->metrics.samples += st.completions.size();  // trained (non-degenerate) rows
+    stepping[k]->metrics.tokens += tenant_tokens;
+    rows += st.completions.size();
+    tokens += tenant_tokens;
+  }
+  engine_.cost.Add(double(rows), double(tokens), double(stepping.size()), double(spent) * 1e-9);
 }
 
 void Trainer::FinishStep(TrainTenant* t, const std::vector<pb::TrajectoryGroup>& groups,

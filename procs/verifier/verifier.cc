@@ -30,6 +30,7 @@ struct Job {
   uint32_t type = 0;
   std::string tenant_key;  // the tenant id: the unit of fairness
   int row = -1;
+  uint64_t generation = 0;  // of the tenant in `row`
   std::shared_ptr<const pipeline::TaskSource> source;
   pb::TrajectoryGroup group;  // kGroupRecord
   pb::ToolCall call;          // kToolCallRecord
@@ -256,6 +257,7 @@ std::shared_ptr<Job> Verifier::MakeJob(const RecordView& view) {
     return job;
   }
   job->row = w->row;
+  job->generation = w->record.generation;
   const auto key = std::make_pair(std::string(w->record.id), w->record.generation);
   auto it = sources_.find(key);
   if (it == sources_.end()) {
@@ -287,15 +289,19 @@ void Verifier::Finish(Slot* slot) {
   slot->pushed = true;
   engine_.busy_ns += uint64_t(job.busy_ns);
   ++engine_.items;
-  if (job.row < 0 || job.type != pipeline::kGroupRecord) return;
-  TenantMetrics* counters = MetricsOf(job.row, job.group.tenant_generation());
+  if (job.row < 0) return;
+  TenantMetrics* counters = MetricsOf(job.row, job.generation);
   if (counters == nullptr) return;
   TenantMetrics& m = *counters;
-  if (!job.group.failure().empty()) {
+  if (job.type != pipeline::kGroupRecord) {
+    ++m.tool_calls;
+    m.tool_ns += uint64_t(job.busy_ns);
+  } else if (!job.group.failure().empty()) {
     ++m.verifier_errors;
     std::snprintf(m.last_error, sizeof(m.last_error), "%s", job.group.failure().c_str());
   } else {
     ++m.groups;
+    m.work_ns += uint64_t(job.busy_ns);
     for (const pb::Trajectory& tr : job.group.trajectories()) {
       ++m.samples;
       ++m.reward_count;

@@ -58,7 +58,7 @@ TEST(PipelineSummaryTest, SeedsAreAveragedAndRatiosTakenWithinTheRun) {
   ASSERT_EQ(s.targets.size(), 3u);
   EXPECT_TRUE(s.targets[0].met());  // 8.2x >= 7
   EXPECT_TRUE(s.targets[1].met());  // 4.9x >= 4.5
-  const auto doc = nlohmann::json::parse(PipelineJson(s, 200, 8));
+  const auto doc = nlohmann::json::parse(PipelineJson(s, runs, 200, 8));
   EXPECT_EQ(doc["runs"].size(), 4u);
   EXPECT_EQ(doc["env_latency_ms"], 200);
   for (const char* key : {"mode", "tenants", "wall_s", "util_rollout", "util_trainer",

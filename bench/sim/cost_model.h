@@ -1,0 +1,67 @@
+// The simulator's cost model (bench/sim): what one pass of each pipeline stage costs, fitted from
+// the cost sums a measured run recorded (shm/metrics.h CostSums, bench/sim/measured_run.h) or read
+// from a JSON cost profile (for example one measured on a GPU), and the machine the stages share.
+//
+// Profile JSON (every field optional except rollout and trainer; unknown fields are refused):
+//   {"name": "h200", "placement": "accelerator", "cores": 2, "host_cores": 32,
+//    "max_active_sequences": 256, "adapter_sync_s": 0.0005,
+//    "rollout": [c0, c_rows, c_tokens, c_adapters],      seconds per packed forward
+//    "trainer": [c0, c_rows, c_tokens, c_tenants],       seconds per training step
+//    "tasks": {"arithmetic": {"prompt_tokens": 12, "completion_tokens": 4, "tool_calls": 0,
+//              "verify_s": 0.0001, "tool_s": 0, "degenerate": 0.3, "trained_tokens": 16}, ...}}
+// Pure functions and plain data.
+#pragma once
+
+#include <array>
+#include <map>
+#include <string>
+
+#include "base/status.h"
+#include "shm/metrics.h"
+
+namespace marlaas::sim {
+
+// seconds = c[0] + c[1]*x1 + c[2]*x2 + c[3]*x3 with every coefficient >= 0.
+struct LinearCost {
+  std::array<double, CostSums::kTerms> c{};
+  double Seconds(double x1, double x2, double x3) const {
+    return c[0] + c[1] * x1 + c[2] * x2 + c[3] * x3;
+  }
+};
+
+// Least squares over every subset of the three regressors (the constant always in), keeping the
+// subsets whose coefficients are all >= 0, and of those the one with the smallest residual: a
+// regressor that did not vary, or that only adds noise, gets 0 instead of a wild value.
+// kInvalidArgument when the sums hold fewer than two passes.
+Result<LinearCost> FitLinearCost(const CostSums& sums);
+
+// What a task's work looks like and costs, per prompt / completion / group.
+struct TaskCost {
+  double prompt_tokens = 16;      // tokens of a prompt
+  double completion_tokens = 8;   // tokens generated per completion
+  double tool_calls = 0;          // tool calls per completion
+  double verify_s = 0;            // verifier work to score one group
+  double tool_s = 0;              // verifier work for one tool call
+  double degenerate = 0;          // fraction of groups whose rewards were all equal (not trained)
+  double trained_tokens = 24;     // tokens of a trained row (prompt, completion, tool results)
+};
+
+struct CostProfile {
+  std::string name;
+  LinearCost rollout;  // per packed forward: x = (rows, tokens, distinct adapters)
+  LinearCost trainer;  // per training step: x = (rows, tokens, tenants stepped)
+  std::map<std::string, TaskCost> tasks;
+  // "shared": every engine and every verifier worker on one pool of `cores` processors, as on the
+  // CPU machine the costs were measured on; "accelerator": each rollout replica and each trainer
+  // on a device of its own, the verifier's workers on `host_cores` processors.
+  std::string placement = "shared";
+  int cores = 2;
+  int host_cores = 2;
+  int max_active_sequences = 96;  // per rollout replica (procs/rollout kMaxActiveSequences)
+  double adapter_sync_s = 0;      // a published adapter reaches a rollout on another device
+};
+
+Result<CostProfile> CostProfileFromJson(const std::string& text);  // errors name the field
+std::string CostProfileToJson(const CostProfile& p);
+
+}  // namespace marlaas::sim

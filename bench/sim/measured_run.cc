@@ -1,0 +1,179 @@
+#include "bench/sim/measured_run.h"
+
+namespace marlaas::sim {
+namespace {
+
+using nlohmann::json;
+
+json SumsToJson(const CostSums& s) {
+  json xtx = json::array();
+  for (const auto& row : s.xtx) xtx.push_back(json(std::vector<double>(row, row + CostSums::kTerms)));
+  return {{"n", s.n},
+          {"xtx", xtx},
+          {"xty", std::vector<double>(s.xty, s.xty + CostSums::kTerms)},
+          {"yy", s.yy}};
+}
+
+Status Bad(const std::string& where, const std::string& field, const std::string& why) {
+  return Status(StatusCode::kInvalidArgument, where + ": " + field + ": " + why);
+}
+
+Status SumsFromJson(const json& j, const std::string& where, const std::string& field,
+                    CostSums* out) {
+  *out = CostSums{};
+  if (!j.is_object() || !j.contains("n") || !j.contains("xtx") || !j.contains("xty") ||
+      !j.contains("yy"))
+    return Bad(where, field, "must be an object with n, xtx, xty and yy");
+  const json &xtx = j["xtx"], &xty = j["xty"];
+  if (!j["n"].is_number_unsigned() || !j["yy"].is_number() || !xtx.is_array() ||
+      xtx.size() != CostSums::kTerms || !xty.is_array() || xty.size() != CostSums::kTerms)
+    return Bad(where, field, "n must be a count, xtx 4x4 and xty 4 numbers");
+  out->n = j["n"].get<uint64_t>();
+  out->yy = j["yy"].get<double>();
+  for (int r = 0; r < CostSums::kTerms; ++r) {
+    if (!xtx[r].is_array() || xtx[r].size() != CostSums::kTerms || !xty[r].is_number())
+      return Bad(where, field, "xtx must be 4x4 numbers");
+    out->xty[r] = xty[r].get<double>();
+    for (int c = 0; c < CostSums::kTerms; ++c) {
+      if (!xtx[r][c].is_number()) return Bad(where, field, "xtx must be 4x4 numbers");
+      out->xtx[r][c] = xtx[r][c].get<double>();
+    }
+  }
+  return Status::Ok();
+}
+
+#define MARLAAS_TASK_SUM_FIELDS(X)                                                              \
+  X(tenants) X(groups_started) X(prompt_tokens) X(completions) X(completion_tokens)           \
+      X(groups_scored) X(work_ns) X(tool_calls) X(tool_ns) X(groups_trained) X(groups_degenerate) \
+          X(rows_trained) X(tokens_trained)
+
+double Ratio(double num, double den, double fallback) { return den > 0 ? num / den : fallback; }
+
+}  // namespace
+
+json MeasuredRunToJson(const MeasuredRun& r) {
+  json tasks = json::object();
+  for (const auto& [name, t] : r.costs.tasks) {
+    json o;
+#define MARLAAS_TO_JSON(f) o[#f] = t.f;
+    MARLAAS_TASK_SUM_FIELDS(MARLAAS_TO_JSON)
+#undef MARLAAS_TO_JSON
+    tasks[name] = o;
+  }
+  return {{"mode", r.mode},
+          {"tenants", r.tenants},
+          {"seed", r.seed},
+          {"complete", r.complete},
+          {"wall_s", r.wall_s},
+          {"util_rollout", r.util_rollout},
+          {"util_trainer", r.util_trainer},
+          {"tasks", r.tasks},
+          {"steps", r.steps},
+          {"group_size", r.group_size},
+          {"prompts_per_step", r.prompts_per_step},
+          {"max_staleness", r.max_staleness},
+          {"verifier_workers", r.verifier_workers},
+          {"env_latency_ms", r.env_latency_ms},
+          {"costs",
+           {{"rollout", SumsToJson(r.costs.rollout)},
+            {"trainer", SumsToJson(r.costs.trainer)},
+            {"tasks", tasks}}}};
+}
+
+Result<MeasuredRun> MeasuredRunFromJson(const json& j, const std::string& where) {
+  MeasuredRun r;
+  if (!j.is_object()) return Bad(where, "run", "must be an object");
+  try {
+    r.mode = j.at("mode").get<std::string>();
+    r.tenants = j.at("tenants").get<int>();
+    r.seed = j.at("seed").get<uint64_t>();
+    r.complete = j.at("complete").get<bool>();
+    r.wall_s = j.at("wall_s").get<double>();
+    r.util_rollout = j.at("util_rollout").get<double>();
+    r.util_trainer = j.at("util_trainer").get<double>();
+    r.tasks = j.at("tasks").get<std::vector<std::string>>();
+    r.steps = j.at("steps").get<int>();
+    r.group_size = j.at("group_size").get<int>();
+    r.prompts_per_step = j.at("prompts_per_step").get<int>();
+    r.max_staleness = j.at("max_staleness").get<int>();
+    r.verifier_workers = j.at("verifier_workers").get<int>();
+    r.env_latency_ms = j.at("env_latency_ms").get<double>();
+  } catch (const json::exception& e) {
+    return Bad(where, "run", std::string("missing or mistyped field (") + e.what() + ")");
+  }
+  if (r.mode != "sequential_sync" && r.mode != "multi_tenant_sync" && r.mode != "async")
+    return Bad(where, "mode", "unknown mode '" + r.mode + "'");
+  if (r.tenants < 1 || size_t(r.tenants) != r.tasks.size())
+    return Bad(where, "tasks", "must name one task per tenant");
+  if (r.steps < 1 || r.group_size < 1 || r.prompts_per_step < 1 || r.max_staleness < 0 ||
+      r.verifier_workers < 1 || r.env_latency_ms < 0 || r.wall_s <= 0)
+    return Bad(where, "set-up", "steps, group_size, prompts_per_step, verifier_workers and "
+                                "wall_s must be positive");
+  if (!j.contains("costs") || !j["costs"].is_object())
+    return Bad(where, "costs", "missing (written by marlaas bench pipeline)");
+  const json& c = j["costs"];
+  MARLAAS_RETURN_IF_ERROR(SumsFromJson(c.value("rollout", json()), where, "costs.rollout",
+                                       &r.costs.rollout));
+  MARLAAS_RETURN_IF_ERROR(SumsFromJson(c.value("trainer", json()), where, "costs.trainer",
+                                       &r.costs.trainer));
+  if (!c.contains("tasks") || !c["tasks"].is_object())
+    return Bad(where, "costs.tasks", "must be an object");
+  for (auto it = c["tasks"].begin(); it != c["tasks"].end(); ++it) {
+    TaskCostSums t;
+    const std::string field = "costs.tasks." + it.key();
+    try {
+#define MARLAAS_FROM_JSON(f) t.f = it.value().at(#f).get<uint64_t>();
+      MARLAAS_TASK_SUM_FIELDS(MARLAAS_FROM_JSON)
+#undef MARLAAS_FROM_JSON
+    } catch (const json::exception& e) {
+      return Bad(where, field, std::string("missing or mistyped count (") + e.what() + ")");
+    }
+    r.costs.tasks[it.key()] = t;
+  }
+  return r;
+}
+
+Result<CostProfile> CalibrateProfile(const std::vector<MeasuredRun>& runs, int cores,
+                                     const std::string& name) {
+  CostSums rollout{}, trainer{};
+  std::map<std::string, TaskCostSums> tasks;
+  for (const MeasuredRun& r : runs) {
+    rollout.Merge(r.costs.rollout);
+    trainer.Merge(r.costs.trainer);
+    for (const auto& [task, t] : r.costs.tasks) {
+      TaskCostSums& s = tasks[task];
+#define MARLAAS_ADD(f) s.f += t.f;
+      MARLAAS_TASK_SUM_FIELDS(MARLAAS_ADD)
+#undef MARLAAS_ADD
+    }
+  }
+  CostProfile p;
+  p.name = name;
+  p.placement = "shared";
+  p.cores = cores;
+  p.host_cores = cores;
+  auto fit_rollout = FitLinearCost(rollout);
+  if (!fit_rollout.ok())
+    return Status(StatusCode::kInvalidArgument, "rollout: " + fit_rollout.status().message());
+  auto fit_trainer = FitLinearCost(trainer);
+  if (!fit_trainer.ok())
+    return Status(StatusCode::kInvalidArgument, "trainer: " + fit_trainer.status().message());
+  p.rollout = *fit_rollout;
+  p.trainer = *fit_trainer;
+  for (const auto& [task, s] : tasks) {
+    TaskCost t;
+    t.prompt_tokens = Ratio(double(s.prompt_tokens), double(s.groups_started), t.prompt_tokens);
+    t.completion_tokens =
+        Ratio(double(s.completion_tokens), double(s.completions), t.completion_tokens);
+    t.tool_calls = Ratio(double(s.tool_calls), double(s.completions), 0);
+    t.verify_s = Ratio(double(s.work_ns) * 1e-9, double(s.groups_scored), 0);
+    t.tool_s = Ratio(double(s.tool_ns) * 1e-9, double(s.tool_calls), 0);
+    t.degenerate = Ratio(double(s.groups_degenerate), double(s.groups_trained), 0);
+    t.trained_tokens = Ratio(double(s.tokens_trained), double(s.rows_trained),
+                             t.prompt_tokens + t.completion_tokens);
+    p.tasks[task] = t;
+  }
+  return p;
+}
+
+}  // namespace marlaas::sim

@@ -1,0 +1,158 @@
+#include "bench/sim/sim_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+
+namespace marlaas::sim {
+namespace {
+
+using nlohmann::json;
+
+std::string Format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string Format(const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  return buf;
+}
+
+}  // namespace
+
+SimSetup SetupOf(const MeasuredRun& run) {
+  SimSetup s;
+  s.mode = run.mode;
+  s.tasks = run.tasks;
+  s.steps = run.steps;
+  s.group_size = run.group_size;
+  s.prompts_per_step = run.prompts_per_step;
+  s.max_staleness = run.max_staleness;
+  s.verifier_workers = run.verifier_workers;
+  s.env_latency_ms = run.env_latency_ms;
+  s.seed = run.seed;
+  return s;
+}
+
+Result<std::vector<ValidationRow>> Validate(const std::vector<MeasuredRun>& runs,
+                                            const CostProfile& profile) {
+  std::vector<ValidationRow> rows;
+  for (const MeasuredRun& m : runs) {
+    MARLAAS_ASSIGN_OR_RETURN(SimResult r, Simulate(SetupOf(m), profile));
+    rows.push_back({m, r, (r.wall_s - m.wall_s) / m.wall_s});
+  }
+  return rows;
+}
+
+std::vector<bench::Target> ValidationTargets(const std::vector<ValidationRow>& rows,
+                                             double max_error) {
+  std::map<int, double> worst;
+  for (const ValidationRow& r : rows)
+    worst[r.measured.tenants] = std::max(worst[r.measured.tenants], std::fabs(r.error));
+  std::vector<bench::Target> targets;
+  for (const auto& [tenants, err] : worst) {
+    targets.push_back({Format("simulator: %d tenants, largest |wall time error|", tenants), err,
+                       max_error, false});
+  }
+  return targets;
+}
+
+Result<std::vector<ProjectionRow>> Project(const SimSetup& base, const CostProfile& profile,
+                                           const std::vector<int>& tenants,
+                                           const std::vector<int>& gpus,
+                                           const std::vector<std::string>& modes) {
+  if (base.tasks.empty())
+    return Status(StatusCode::kInvalidArgument, "project: the base set-up has no tasks");
+  CostProfile accel = profile;
+  accel.placement = "accelerator";
+  std::vector<ProjectionRow> rows;
+  for (int g : gpus) {
+    for (int n : tenants) {
+      for (const std::string& mode : modes) {
+        SimSetup s = base;
+        s.mode = mode;
+        s.gpus = g;
+        s.tasks.clear();
+        for (int k = 0; k < n; ++k) s.tasks.push_back(base.tasks[size_t(k) % base.tasks.size()]);
+        MARLAAS_ASSIGN_OR_RETURN(SimResult r, Simulate(s, accel));
+        rows.push_back({mode, n, g, r});
+      }
+    }
+  }
+  return rows;
+}
+
+std::string ValidationTable(const std::vector<ValidationRow>& rows) {
+  std::string out = Format("%-18s %7s %4s %10s %10s %7s %14s %14s\n", "mode", "tenants", "seed",
+                           "measured s", "simulated", "error", "util r/t meas", "util r/t sim");
+  for (const ValidationRow& r : rows) {
+    out += Format("%-18s %7d %4llu %10.2f %10.2f %+6.1f%% %6.2f / %5.2f %6.2f / %5.2f\n",
+                  r.measured.mode.c_str(), r.measured.tenants,
+                  (unsigned long long)r.measured.seed, r.measured.wall_s, r.predicted.wall_s,
+                  100 * r.error, r.measured.util_rollout, r.measured.util_trainer,
+                  r.predicted.util_rollout, r.predicted.util_trainer);
+  }
+  return out;
+}
+
+std::string ProjectionTable(const std::vector<ProjectionRow>& rows) {
+  std::string out = Format("%-18s %7s %5s %9s %8s %10s %10s %12s\n", "mode", "tenants", "gpus",
+                           "replicas", "trainers", "wall s", "util roll", "vs seq_sync");
+  std::map<std::pair<int, int>, double> seq;
+  for (const ProjectionRow& r : rows)
+    if (r.mode == "sequential_sync") seq[{r.tenants, r.gpus}] = r.result.wall_s;
+  for (const ProjectionRow& r : rows) {
+    const auto it = seq.find({r.tenants, r.gpus});
+    const double speedup = it != seq.end() && r.result.wall_s > 0 ? it->second / r.result.wall_s : 0;
+    out += Format("%-18s %7d %5d %9d %8d %10.1f %10.2f %11.2fx%s\n", r.mode.c_str(), r.tenants,
+                  r.gpus, r.result.rollout_replicas, r.result.trainers, r.result.wall_s,
+                  r.result.util_rollout, speedup, r.result.complete ? "" : "  INCOMPLETE");
+  }
+  return out;
+}
+
+std::string SimJson(const CostProfile& profile, const std::vector<ValidationRow>& validation,
+                    const std::vector<ProjectionRow>& projection,
+                    const std::vector<bench::Target>& targets) {
+  json doc = {{"profile", json::parse(CostProfileToJson(profile))},
+              {"validation", json::array()},
+              {"projection", json::array()},
+              {"targets", json::array()}};
+  for (const ValidationRow& r : validation) {
+    doc["validation"].push_back({{"mode", r.measured.mode},
+                                 {"tenants", r.measured.tenants},
+                                 {"seed", r.measured.seed},
+                                 {"measured_wall_s", r.measured.wall_s},
+                                 {"simulated_wall_s", r.predicted.wall_s},
+                                 {"error", r.error},
+                                 {"measured_util_rollout", r.measured.util_rollout},
+                                 {"simulated_util_rollout", r.predicted.util_rollout},
+                                 {"measured_util_trainer", r.measured.util_trainer},
+                                 {"simulated_util_trainer", r.predicted.util_trainer}});
+  }
+  for (const ProjectionRow& r : projection) {
+    doc["projection"].push_back({{"mode", r.mode},
+                                 {"tenants", r.tenants},
+                                 {"gpus", r.gpus},
+                                 {"rollout_replicas", r.result.rollout_replicas},
+                                 {"trainers", r.result.trainers},
+                                 {"complete", r.result.complete},
+                                 {"wall_s", r.result.wall_s},
+                                 {"util_rollout", r.result.util_rollout},
+                                 {"util_trainer", r.result.util_trainer},
+                                 {"samples", r.result.samples}});
+  }
+  for (const bench::Target& t : targets) {
+    doc["targets"].push_back({{"name", t.name},
+                              {"value", t.value},
+                              {"threshold", t.threshold},
+                              {"met", t.met()}});
+  }
+  return doc.dump(2) + "\n";
+}
+
+}  // namespace marlaas::sim

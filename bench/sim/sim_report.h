@@ -1,0 +1,55 @@
+// `marlaas bench sim`: the simulator checked against measured runs and then used to project.
+//  - Validate: every measured run's set-up replayed in the simulator with a cost profile; the
+//    prediction error of its wall time, (predicted - measured) / measured. The target (issue 7):
+//    within 15% at every tenant count measured (1, 8 and 32).
+//  - Project: the set-up of the measured runs (steps, group size, prompts per step, staleness,
+//    verifier workers, env latency; tasks in turn) scaled to other tenant counts and device
+//    counts, in every mode, with the profile in accelerator placement.
+// Pure functions.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "bench/report.h"
+#include "bench/sim/measured_run.h"
+#include "bench/sim/simulator.h"
+
+namespace marlaas::sim {
+
+struct ValidationRow {
+  MeasuredRun measured;
+  SimResult predicted;
+  double error = 0;  // (predicted - measured) / measured wall time
+};
+
+// The set-up a measured run had, as the simulator takes it.
+SimSetup SetupOf(const MeasuredRun& run);
+
+Result<std::vector<ValidationRow>> Validate(const std::vector<MeasuredRun>& runs,
+                                            const CostProfile& profile);
+
+// Per tenant count: the largest |error| of its runs must be <= max_error.
+std::vector<bench::Target> ValidationTargets(const std::vector<ValidationRow>& rows,
+                                             double max_error);
+
+struct ProjectionRow {
+  std::string mode;
+  int tenants = 0, gpus = 0;
+  SimResult result;
+};
+
+// `base` gives the per-tenant set-up (its tasks are repeated in turn to `tenants`).
+Result<std::vector<ProjectionRow>> Project(const SimSetup& base, const CostProfile& profile,
+                                           const std::vector<int>& tenants,
+                                           const std::vector<int>& gpus,
+                                           const std::vector<std::string>& modes);
+
+std::string ValidationTable(const std::vector<ValidationRow>& rows);
+std::string ProjectionTable(const std::vector<ProjectionRow>& rows);
+std::string SimJson(const CostProfile& profile, const std::vector<ValidationRow>& validation,
+                    const std::vector<ProjectionRow>& projection,
+                    const std::vector<bench::Target>& targets);
+
+}  // namespace marlaas::sim

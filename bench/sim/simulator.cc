@@ -1,0 +1,548 @@
+#include "bench/sim/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <queue>
+#include <random>
+#include <set>
+
+namespace marlaas::sim {
+namespace {
+
+// Poll intervals of the real stages, which the simulated ones wait for as they do.
+constexpr double kRolloutSyncBusyS = 0.050;  // procs/rollout: SyncTenants while generating
+constexpr double kRolloutSyncIdleS = 0.002;  // ... and while idle
+constexpr double kTrainerTableS = 0.100;     // procs/trainer: polls the tenant table
+constexpr double kServiceTickS = 0.020;      // bench/pipeline_bench: the service loop
+constexpr double kToolAt = 0.8;              // a tool call comes 80% into its completion
+constexpr double kToolResultTokens = 12;     // "<result>...</result>" rejoins with the context
+constexpr double kEps = 1e-12;
+
+enum Engine { kRolloutEngine = 0, kTrainerEngine = 1, kVerifierEngine = 2 };
+
+struct Tenant {
+  int id = 0;
+  const TaskCost* task = nullptr;
+  int replica = 0, trainer = 0;
+  bool admitted = false, adapter = false, finished = false;
+  double admitted_at = 0;
+  uint64_t version = 0, steps = 0;
+  // Groups: started by the rollout, committed (fully generated), at the trainer, retired.
+  uint64_t started = 0, committed = 0, ready = 0, retired = 0;
+  // What the rollout saw at its last sync.
+  bool seen_adapter = false, seen_finished = false;
+  uint64_t seen_retired = 0, round_quota = 0;
+};
+
+struct Group {
+  int tenant = 0;
+  int remaining = 0;
+};
+
+struct Sequence {
+  int group = 0;
+  int tenant = 0;
+  int length = 1, tool_at = -1, generated = 0;
+  double prefill = 0;  // tokens to prefill at its next pass (0: decodes one token)
+};
+
+class Simulator {
+ public:
+  Simulator(const SimSetup& s, const CostProfile& p) : s_(s), p_(p), rng_(s.seed) {}
+
+  Result<SimResult> Run();
+
+ private:
+  struct Work {
+    int device = 0;
+    double remaining = 0;  // seconds of work at full speed
+    double started = 0;
+    Engine engine = kRolloutEngine;
+    std::function<void()> done;
+  };
+  struct Timer {
+    double t;
+    uint64_t seq;
+    std::function<void()> fn;
+    bool operator>(const Timer& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+  };
+  struct Replica {
+    int device = 0;
+    bool busy = false, wake_pending = false;
+    double last_sync = -1;
+    size_t next_rr = 0;
+    std::vector<int> tenants;
+    std::vector<int> active;            // sequences in the batch
+    std::deque<int> returning;          // parked sequences whose tool result came back
+  };
+  struct Trainer {
+    int device = 0;
+    bool busy = false;
+    std::vector<int> tenants;
+  };
+  struct VerifierJob {
+    int tenant = 0;
+    int group = -1;     // a group to score, or
+    int sequence = -1;  // a tool call of this sequence
+    double arrived = 0;
+    double release = 0;  // not before (env latency)
+    bool done = false;
+  };
+
+  void At(double t, std::function<void()> fn) { timers_.push({t, timer_seq_++, std::move(fn)}); }
+  void Start(int device, Engine e, double seconds, std::function<void()> done) {
+    works_.push_back({device, std::max(seconds, 0.0), now_, e, std::move(done)});
+  }
+  void Kick();
+  void KickReplica(Replica& r);
+  void SyncReplica(Replica& r);
+  void WakeReplica(int replica);
+  void StartGroups(Replica& r);
+  void StartGroup(Replica& r, Tenant& t);
+  void FinishPass(Replica& r, const std::vector<int>& batch);
+  void SubmitVerifier(VerifierJob job);
+  void KickVerifier();
+  void ReleaseVerifierResults();
+  void KickTrainer(Trainer& tr);
+  void Admit(int tenant);
+  void OnTenantFinished(Tenant& t);
+  double Latency();
+
+  const SimSetup& s_;
+  const CostProfile& p_;
+  std::mt19937_64 rng_;
+  double now_ = 0;
+  uint64_t timer_seq_ = 0;
+  std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;
+  std::vector<Work> works_;
+  std::vector<int> capacity_;  // per device
+  std::vector<Tenant> tenants_;
+  std::vector<Group> groups_;
+  std::vector<Sequence> seqs_;
+  std::vector<Replica> replicas_;
+  std::vector<Trainer> trainers_;
+  std::vector<VerifierJob> vjobs_;
+  std::deque<int> vqueue_;           // job ids waiting for a worker
+  std::map<int, std::deque<int>> vpending_;  // per tenant, its jobs in arrival order
+  std::map<int, int> vrunning_;      // per tenant, jobs running
+  int vbusy_ = 0, verifier_device_ = 0;
+  int finished_ = 0, next_admit_ = 0;
+  double last_finish_ = 0;
+  double busy_[3] = {0, 0, 0};
+  SimResult result_;
+};
+
+double Simulator::Latency() {
+  if (s_.env_latency_ms <= 0) return 0;
+  std::normal_distribution<double> noise(0.0, 1.0);
+  return s_.env_latency_ms * 1e-3 * std::exp(0.5 * noise(rng_));
+}
+
+void Simulator::Admit(int id) {
+  Tenant& t = tenants_[size_t(id)];
+  t.admitted = true;
+  t.admitted_at = now_;
+  // The trainer finds the tenant at its next table poll (on average half an interval), creates
+  // its adapter and publishes version 0; the rollout starts it after its next sync.
+  At(now_ + kTrainerTableS / 2, [this, id] {
+    Tenant& t = tenants_[size_t(id)];
+    t.adapter = true;
+    WakeReplica(t.replica);
+  });
+}
+
+void Simulator::WakeReplica(int replica) {
+  Replica& r = replicas_[size_t(replica)];
+  if (r.busy || r.wake_pending) return;  // a busy rollout looks again after its pass
+  r.wake_pending = true;
+  At(now_ + kRolloutSyncIdleS / 2, [this, replica] {
+    Replica& r = replicas_[size_t(replica)];
+    r.wake_pending = false;
+    SyncReplica(r);
+  });
+}
+
+void Simulator::SyncReplica(Replica& r) {
+  r.last_sync = now_;
+  for (int id : r.tenants) {
+    Tenant& t = tenants_[size_t(id)];
+    t.seen_adapter = t.adapter;
+    t.seen_retired = t.retired;
+    t.seen_finished = t.finished;
+  }
+}
+
+void Simulator::StartGroup(Replica& r, Tenant& t) {
+  const int g = int(groups_.size());
+  groups_.push_back({t.id, s_.group_size});
+  ++t.started;
+  const double mean = t.task->completion_tokens;
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int i = 0; i < s_.group_size; ++i) {
+    Sequence q;
+    q.group = g;
+    q.tenant = t.id;
+    // Lengths floor(mean) or ceil(mean), in the proportion that keeps the task's mean.
+    const double lo = std::floor(mean);
+    q.length = std::max(1, int(lo) + (u(rng_) < mean - lo ? 1 : 0));
+    if (u(rng_) < std::min(1.0, t.task->tool_calls) && q.length >= 2)
+      q.tool_at = std::clamp(int(std::lround(kToolAt * q.length)), 1, q.length - 1);
+    q.prefill = t.task->prompt_tokens;
+    r.active.push_back(int(seqs_.size()));
+    seqs_.push_back(q);
+  }
+}
+
+void Simulator::StartGroups(Replica& r) {
+  if (r.tenants.empty()) return;
+  const uint64_t P = uint64_t(s_.prompts_per_step);
+  const uint64_t needed = uint64_t(s_.steps) * P;
+  auto in_flight = [](const Tenant& t) {
+    return t.started - std::min(t.started, t.seen_retired);
+  };
+  const bool lockstep = s_.mode != "async";
+  if (lockstep) {
+    bool round_open = false, busy = false;
+    for (int id : r.tenants) {
+      Tenant& t = tenants_[size_t(id)];
+      if (t.seen_finished || !t.seen_adapter) t.round_quota = 0;
+      round_open = round_open || t.round_quota > 0;
+      busy = busy || in_flight(t) > 0;
+    }
+    if (!round_open && busy) return;
+    if (!round_open) {
+      for (int id : r.tenants) {
+        const Tenant& t = tenants_[size_t(id)];
+        if (t.admitted && !t.seen_finished && !t.seen_adapter) return;
+      }
+      for (int id : r.tenants) {
+        Tenant& t = tenants_[size_t(id)];
+        if (t.seen_finished || !t.seen_adapter || t.started >= needed) continue;
+        t.round_quota = std::min<uint64_t>(P, needed - t.started);
+      }
+    }
+  }
+  const size_t cap = size_t(p_.max_active_sequences);
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    const size_t n = r.tenants.size(), first = r.next_rr % n;
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = (first + k) % n;
+      Tenant& t = tenants_[size_t(r.tenants[i])];
+      if (t.seen_finished || !t.seen_adapter) continue;
+      if (lockstep && t.round_quota == 0) continue;
+      if (r.active.size() + size_t(s_.group_size) > cap && !r.active.empty()) {
+        r.next_rr = i;
+        return;
+      }
+      const uint64_t bound = uint64_t(s_.max_staleness + 1) * P;
+      if (!lockstep && in_flight(t) >= bound) continue;
+      if (t.started >= needed) continue;
+      StartGroup(r, t);
+      r.next_rr = (i + 1) % n;
+      if (lockstep) --t.round_quota;
+      progress = true;
+    }
+  }
+}
+
+void Simulator::KickReplica(Replica& r) {
+  if (r.busy) return;
+  // Generating, it syncs every 50 ms (between passes); idle, WakeReplica syncs it.
+  if (!r.active.empty() && now_ - r.last_sync >= kRolloutSyncBusyS) SyncReplica(r);
+  while (!r.returning.empty()) {
+    r.active.push_back(r.returning.front());
+    r.returning.pop_front();
+  }
+  StartGroups(r);
+  if (r.active.empty()) return;  // idle: woken by the trainer, a tool result or an admission
+  std::vector<int> batch = r.active;
+  double tokens = 0;
+  std::set<int> adapters;
+  for (int q : batch) {
+    tokens += seqs_[size_t(q)].prefill > 0 ? seqs_[size_t(q)].prefill : 1;
+    adapters.insert(seqs_[size_t(q)].tenant);
+  }
+  r.busy = true;
+  ++result_.forward_passes;
+  const size_t self = size_t(&r - replicas_.data());
+  Start(r.device, kRolloutEngine, p_.rollout.Seconds(double(batch.size()), tokens,
+                                                      double(adapters.size())),
+        [this, self, batch] { FinishPass(replicas_[self], batch); });
+}
+
+void Simulator::FinishPass(Replica& r, const std::vector<int>& batch) {
+  r.busy = false;
+  std::set<int> leaving;
+  for (int id : batch) {
+    Sequence& q = seqs_[size_t(id)];
+    q.prefill = 0;
+    ++q.generated;
+    if (q.generated == q.tool_at) {
+      leaving.insert(id);
+      VerifierJob job;
+      job.tenant = q.tenant;
+      job.sequence = id;
+      SubmitVerifier(job);
+    } else if (q.generated >= q.length) {
+      leaving.insert(id);
+      ++result_.samples;
+      Group& g = groups_[size_t(q.group)];
+      if (--g.remaining == 0) {
+        ++tenants_[size_t(g.tenant)].committed;
+        VerifierJob job;
+        job.tenant = g.tenant;
+        job.group = q.group;
+        SubmitVerifier(job);
+      }
+    }
+  }
+  r.active.erase(std::remove_if(r.active.begin(), r.active.end(),
+                                [&](int id) { return leaving.count(id) > 0; }),
+                 r.active.end());
+  // Idle now: it polls every 2 ms (and may have missed a wake while it was busy).
+  if (r.active.empty()) WakeReplica(int(&r - replicas_.data()));
+}
+
+void Simulator::SubmitVerifier(VerifierJob job) {
+  job.arrived = now_;
+  job.release = now_ + Latency();
+  const int id = int(vjobs_.size());
+  vjobs_.push_back(job);
+  vqueue_.push_back(id);
+  vpending_[job.tenant].push_back(id);
+}
+
+void Simulator::KickVerifier() {
+  const int cap = std::max(1, s_.verifier_workers - 1);
+  for (auto it = vqueue_.begin(); it != vqueue_.end() && vbusy_ < s_.verifier_workers;) {
+    VerifierJob& job = vjobs_[size_t(*it)];
+    if (vrunning_[job.tenant] >= cap) {
+      ++it;
+      continue;
+    }
+    const int id = *it;
+    it = vqueue_.erase(it);
+    ++vbusy_;
+    ++vrunning_[job.tenant];
+    const TaskCost& task = *tenants_[size_t(job.tenant)].task;
+    Start(verifier_device_, kVerifierEngine, job.group >= 0 ? task.verify_s : task.tool_s,
+          [this, id] {
+            VerifierJob& job = vjobs_[size_t(id)];
+            --vbusy_;
+            --vrunning_[job.tenant];
+            job.done = true;
+            if (job.release > now_) {
+              At(job.release, [this] { ReleaseVerifierResults(); });
+            } else {
+              ReleaseVerifierResults();
+            }
+          });
+  }
+}
+
+void Simulator::ReleaseVerifierResults() {
+  for (auto& [tenant, pending] : vpending_) {
+    while (!pending.empty()) {
+      VerifierJob& job = vjobs_[size_t(pending.front())];
+      if (!job.done || job.release > now_ + kEps) break;  // a tenant's results go in order
+      pending.pop_front();
+      Tenant& t = tenants_[size_t(tenant)];
+      if (job.group >= 0) {
+        ++t.ready;
+      } else {
+        Sequence& q = seqs_[size_t(job.sequence)];
+        q.prefill = t.task->prompt_tokens + q.generated + kToolResultTokens;
+        Replica& r = replicas_[size_t(t.replica)];
+        r.returning.push_back(job.sequence);
+        WakeReplica(t.replica);
+      }
+    }
+  }
+}
+
+void Simulator::KickTrainer(Trainer& tr) {
+  if (tr.busy) return;
+  const uint64_t P = uint64_t(s_.prompts_per_step);
+  if (s_.mode != "async") {
+    // Not while a group its round started is still on its way.
+    for (int id : tr.tenants) {
+      const Tenant& t = tenants_[size_t(id)];
+      if (t.finished || t.ready >= P) continue;
+      if (t.started > t.retired + t.ready) return;
+    }
+  }
+  std::vector<int> stepping;
+  double rows = 0, tokens = 0;
+  for (int id : tr.tenants) {
+    const Tenant& t = tenants_[size_t(id)];
+    if (t.finished || !t.adapter || t.ready < P) continue;
+    stepping.push_back(id);
+    const double r = double(P) * s_.group_size * (1.0 - t.task->degenerate);
+    rows += r;
+    tokens += r * t.task->trained_tokens;
+  }
+  if (stepping.empty()) return;
+  for (int id : stepping) tenants_[size_t(id)].ready -= P;
+  tr.busy = true;
+  ++result_.train_steps;
+  const size_t self = size_t(&tr - trainers_.data());
+  Start(tr.device, kTrainerEngine, p_.trainer.Seconds(rows, tokens, double(stepping.size())),
+        [this, self, stepping, P] {
+          Trainer& tr = trainers_[self];
+          tr.busy = false;
+          for (int id : stepping) {
+            Tenant& t = tenants_[size_t(id)];
+            ++t.version;
+            ++t.steps;
+            t.retired += P;
+            if (t.steps >= uint64_t(s_.steps)) OnTenantFinished(t);
+            const int replica = t.replica;
+            const bool remote = p_.placement == "accelerator" &&
+                                replicas_[size_t(replica)].device != tr.device;
+            if (remote && p_.adapter_sync_s > 0) {
+              At(now_ + p_.adapter_sync_s, [this, replica] { WakeReplica(replica); });
+            } else {
+              WakeReplica(replica);
+            }
+          }
+        });
+}
+
+void Simulator::OnTenantFinished(Tenant& t) {
+  t.finished = true;
+  ++finished_;
+  last_finish_ = now_;
+  if (s_.mode == "sequential_sync" && next_admit_ < int(tenants_.size())) {
+    const int next = next_admit_++;
+    At(now_ + kServiceTickS / 2, [this, next] { Admit(next); });
+  }
+}
+
+void Simulator::Kick() {
+  for (Replica& r : replicas_) KickReplica(r);
+  KickVerifier();
+  for (Trainer& tr : trainers_) KickTrainer(tr);
+}
+
+Result<SimResult> Simulator::Run() {
+  const int n = int(s_.tasks.size());
+  // Devices and engines.
+  int replicas = 1, trainers = 1;
+  if (p_.placement == "accelerator") {
+    if (s_.gpus >= 2) {
+      trainers = std::max(1, s_.gpus / 4);
+      replicas = s_.gpus - trainers;
+    }
+    for (int d = 0; d < std::max(1, s_.gpus); ++d) capacity_.push_back(1);
+    capacity_.push_back(p_.host_cores);
+    verifier_device_ = int(capacity_.size()) - 1;
+    for (int i = 0; i < replicas; ++i) {
+      replicas_.emplace_back();
+      replicas_.back().device = i;
+    }
+    for (int i = 0; i < trainers; ++i) {
+      trainers_.emplace_back();
+      trainers_.back().device = s_.gpus >= 2 ? replicas + i : 0;
+    }
+  } else {
+    capacity_.push_back(p_.cores);
+    replicas_.emplace_back();
+    trainers_.emplace_back();
+  }
+  result_.rollout_replicas = replicas;
+  result_.trainers = trainers;
+  for (int k = 0; k < n; ++k) {
+    Tenant t;
+    t.id = k;
+    t.task = &p_.tasks.at(s_.tasks[size_t(k)]);
+    t.replica = k % replicas;
+    t.trainer = k % trainers;
+    replicas_[size_t(t.replica)].tenants.push_back(k);
+    trainers_[size_t(t.trainer)].tenants.push_back(k);
+    tenants_.push_back(t);
+  }
+  if (s_.mode == "sequential_sync") {
+    next_admit_ = 1;
+    Admit(0);
+  } else {
+    for (int k = 0; k < n; ++k) Admit(k);
+    next_admit_ = n;
+  }
+  std::vector<int> active_on(capacity_.size());
+  while (finished_ < n) {
+    Kick();
+    std::fill(active_on.begin(), active_on.end(), 0);
+    for (const Work& w : works_) ++active_on[size_t(w.device)];
+    auto rate = [&](const Work& w) {
+      return std::min(1.0, double(capacity_[size_t(w.device)]) / active_on[size_t(w.device)]);
+    };
+    double next = timers_.empty() ? std::numeric_limits<double>::infinity() : timers_.top().t;
+    for (const Work& w : works_) next = std::min(next, now_ + w.remaining / rate(w));
+    if (!std::isfinite(next)) {
+      return Status(StatusCode::kInternal,
+                    "simulation stalled at " + std::to_string(now_) + " s with " +
+                        std::to_string(finished_) + " of " + std::to_string(n) +
+                        " tenants finished");
+    }
+    if (next > s_.timeout_s) break;
+    const double dt = std::max(0.0, next - now_);
+    for (Work& w : works_) w.remaining -= dt * rate(w);
+    now_ = std::max(now_, next);
+    // Finished work first (its engine frees up), then the timers due now.
+    std::vector<Work> done;
+    for (auto it = works_.begin(); it != works_.end();) {
+      if (it->remaining <= kEps) {
+        busy_[it->engine] += now_ - it->started;
+        done.push_back(std::move(*it));
+        it = works_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (Work& w : done) w.done();
+    while (!timers_.empty() && timers_.top().t <= now_ + kEps) {
+      Timer t = timers_.top();
+      timers_.pop();
+      t.fn();
+    }
+  }
+  result_.complete = finished_ == n;
+  // The service notices the last tenant's end at its next tick.
+  result_.wall_s = (result_.complete ? last_finish_ : now_) + kServiceTickS / 2;
+  result_.util_rollout = busy_[kRolloutEngine] / (result_.wall_s * replicas);
+  result_.util_trainer = busy_[kTrainerEngine] / (result_.wall_s * trainers);
+  result_.util_verifier = busy_[kVerifierEngine] / result_.wall_s;
+  return result_;
+}
+
+}  // namespace
+
+Result<SimResult> Simulate(const SimSetup& setup, const CostProfile& profile) {
+  if (setup.mode != "sequential_sync" && setup.mode != "multi_tenant_sync" &&
+      setup.mode != "async")
+    return Status(StatusCode::kInvalidArgument, "simulate: unknown mode '" + setup.mode + "'");
+  if (setup.tasks.empty())
+    return Status(StatusCode::kInvalidArgument, "simulate: no tenants");
+  for (const std::string& t : setup.tasks) {
+    if (!profile.tasks.count(t))
+      return Status(StatusCode::kInvalidArgument,
+                    "simulate: the cost profile has no costs for task '" + t + "'");
+  }
+  if (setup.steps < 1 || setup.group_size < 1 || setup.prompts_per_step < 1 ||
+      setup.max_staleness < 0 || setup.verifier_workers < 1 || setup.gpus < 1 ||
+      profile.max_active_sequences < setup.group_size || profile.cores < 1)
+    return Status(StatusCode::kInvalidArgument,
+                  "simulate: steps, group_size, prompts_per_step, verifier_workers, gpus and "
+                  "cores must be positive, and a group must fit max_active_sequences");
+  Simulator sim(setup, profile);
+  return sim.Run();
+}
+
+}  // namespace marlaas::sim

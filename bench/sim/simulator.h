@@ -1,0 +1,63 @@
+// The discrete-event simulator of the pipeline's scheduler (bench/sim, `marlaas bench sim`): the
+// same tenants, stages and rules as the real processes, with each pass's cost taken from a
+// CostProfile instead of computed, so that runs far larger than this machine can be projected.
+//
+// Modelled as the stages behave (procs/):
+//  - rollout: continuous batching of up to max_active_sequences sequences; tenants served round
+//    robin, one group a turn; async: a tenant's groups in flight (started, not yet retired by the
+//    trainer) stay below (max_staleness + 1) * prompts_per_step; lockstep (the sync modes): a
+//    round gives every running tenant one step's groups and the next round starts when all of
+//    them are trained. Each pass costs rollout(rows, tokens, adapters); a joining sequence
+//    prefills its prompt, a tool call parks its sequence until the verifier's result comes back
+//    and it rejoins with its whole context. The rollout sees the trainer's progress (retired
+//    groups, new adapters) when it syncs: every 50 ms while generating, within 2 ms when idle.
+//  - verifier: `verifier_workers` workers, FIFO with at most workers - 1 jobs of one tenant
+//    running; a group costs the task's verify_s, a tool call tool_s; with env latency a result
+//    is released no sooner than a lognormal delay (median env_latency_ms, sigma 0.5) after the
+//    record arrived, each tenant's results in order.
+//  - trainer: one step for every tenant with prompts_per_step groups ready (lockstep: once every
+//    group its round started has arrived), costing trainer(rows, tokens, tenants) with rows the
+//    non-degenerate completions; it learns of admitted tenants by polling every 100 ms.
+//  - machine: "shared" placement runs rollout, trainer and verifier workers on `cores`
+//    processors shared fairly (a stage slows down when more are busy than there are cores);
+//    "accelerator" placement gives each rollout replica and trainer a device (with `gpus` devices:
+//    max(1, gpus / 4) trainers, the rest rollout replicas; with one, both share it), tenants
+//    spread over them round robin, and the verifier workers `host_cores` processors.
+//  - sequential_sync admits the next tenant when the previous one has finished (the service's
+//    20 ms tick), the others admit every tenant at the start.
+// Deterministic for a given SimSetup::seed. Not thread-safe (one Simulate call owns its state).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "bench/sim/cost_model.h"
+
+namespace marlaas::sim {
+
+struct SimSetup {
+  std::string mode = "async";      // sequential_sync | multi_tenant_sync | async
+  std::vector<std::string> tasks;  // one per tenant: keys of CostProfile::tasks
+  int steps = 8, group_size = 4, prompts_per_step = 2, max_staleness = 1;
+  int verifier_workers = 2;
+  double env_latency_ms = 0;
+  int gpus = 1;  // accelerator placement only
+  uint64_t seed = 1;
+  double timeout_s = 1e7;  // simulated seconds before giving up (result incomplete)
+};
+
+struct SimResult {
+  bool complete = false;
+  double wall_s = 0;
+  double util_rollout = 0, util_trainer = 0, util_verifier = 0;  // busy / wall, mean per engine
+  uint64_t samples = 0, forward_passes = 0, train_steps = 0;
+  int rollout_replicas = 1, trainers = 1;
+};
+
+// kInvalidArgument (naming the problem) for an unknown mode, a task the profile lacks, or
+// non-positive sizes.
+Result<SimResult> Simulate(const SimSetup& setup, const CostProfile& profile);
+
+}  // namespace marlaas::sim

@@ -1,0 +1,165 @@
+// `marlaas bench sim --calibrate FILE [--profile FILE] [--tenants 32,128,256,1024]
+// [--gpus 1,8,64] [--modes sequential_sync,async] [--max-error 0.15] [--json OUT]`:
+// fits the simulator's cost profile from the stage costs a `marlaas bench pipeline` run measured
+// (FILE, its "measured" runs), replays every measured run in the simulator and prints predicted
+// against measured wall time (the target: within --max-error at every tenant count), then
+// projects the same tenant set-up to more tenants and devices with the calibrated profile, or
+// with --profile (a cost profile JSON, e.g. measured on a GPU; bench/sim/cost_model.h). Writes
+// the JSON of bench/sim/sim_report.h and a plot (OUT.svg). Exit status 1 when a validation target
+// is missed, 2 on bad usage.
+#include <cstdio>
+#include <sstream>
+
+#include "base/file_util.h"
+#include "bench/sim/sim_report.h"
+#include "procs/cli/cli.h"
+#include "procs/cli/svg_chart.h"
+
+namespace marlaas::cli {
+namespace {
+
+constexpr const char kCommand[] = "bench sim";
+
+bool ParseInts(const std::string& text, int lo, int hi, std::vector<int>* out) {
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < lo || v > hi) return false;
+    out->push_back(int(v));
+  }
+  return !out->empty();
+}
+
+}  // namespace
+
+int RunBenchSim(std::vector<std::string> args) {
+  std::string calibrate, profile_path, json_path, tenants_s = "32,128,256,1024", gpus_s = "1,8,64",
+                                                  modes_s = "sequential_sync,async";
+  TakeFlag(&args, "--calibrate", &calibrate);
+  TakeFlag(&args, "--profile", &profile_path);
+  TakeFlag(&args, "--json", &json_path);
+  TakeFlag(&args, "--tenants", &tenants_s);
+  TakeFlag(&args, "--gpus", &gpus_s);
+  TakeFlag(&args, "--modes", &modes_s);
+  double max_error = 0.15;
+  if (!TakeNumber(&args, kCommand, "--max-error", 0, 10, &max_error)) return 2;
+  if (int rc = RejectRest(kCommand, args)) return rc;
+  std::vector<int> tenants, gpus;
+  std::vector<std::string> modes;
+  if (calibrate.empty()) {
+    std::fprintf(stderr, "marlaas bench sim: --calibrate FILE (a `marlaas bench pipeline --json` "
+                         "file) is required\n");
+    return 2;
+  }
+  if (!ParseInts(tenants_s, 1, 1 << 20, &tenants) || !ParseInts(gpus_s, 1, 4096, &gpus)) {
+    std::fprintf(stderr, "marlaas bench sim: --tenants and --gpus take lists like 32,128\n");
+    return 2;
+  }
+  {
+    std::stringstream ss(modes_s);
+    for (std::string m; std::getline(ss, m, ',');) {
+      if (m != "sequential_sync" && m != "multi_tenant_sync" && m != "async") {
+        std::fprintf(stderr, "marlaas bench sim: --modes: unknown mode '%s'\n", m.c_str());
+        return 2;
+      }
+      modes.push_back(m);
+    }
+  }
+  auto text = ReadFile(calibrate);
+  if (!text.ok()) {
+    std::fprintf(stderr, "marlaas bench sim: %s\n", text.status().ToString().c_str());
+    return 1;
+  }
+  const nlohmann::json doc = nlohmann::json::parse(*text, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("measured") ||
+      !doc["measured"].is_array() || doc["measured"].empty()) {
+    std::fprintf(stderr,
+                 "marlaas bench sim: %s: not a `marlaas bench pipeline --json` file with "
+                 "measured runs (\"measured\": [...])\n",
+                 calibrate.c_str());
+    return 1;
+  }
+  std::vector<sim::MeasuredRun> runs;
+  for (size_t i = 0; i < doc["measured"].size(); ++i) {
+    auto run = sim::MeasuredRunFromJson(doc["measured"][i],
+                                        calibrate + ": measured[" + std::to_string(i) + "]");
+    if (!run.ok()) {
+      std::fprintf(stderr, "marlaas bench sim: %s\n", run.status().message().c_str());
+      return 1;
+    }
+    runs.push_back(std::move(*run));
+  }
+  const int cores = doc.value("cores", 2);
+  auto calibrated = sim::CalibrateProfile(runs, cores, "calibrated from " + calibrate);
+  if (!calibrated.ok()) {
+    std::fprintf(stderr, "marlaas bench sim: %s\n", calibrated.status().message().c_str());
+    return 1;
+  }
+  auto validation = sim::Validate(runs, *calibrated);
+  if (!validation.ok()) {
+    std::fprintf(stderr, "marlaas bench sim: %s\n", validation.status().ToString().c_str());
+    return 1;
+  }
+  sim::CostProfile projection_profile = *calibrated;
+  if (!profile_path.empty()) {
+    auto ptext = ReadFile(profile_path);
+    auto p = ptext.ok() ? sim::CostProfileFromJson(*ptext) : Result<sim::CostProfile>(ptext.status());
+    if (!p.ok()) {
+      std::fprintf(stderr, "marlaas bench sim: %s: %s\n", profile_path.c_str(),
+                   p.status().message().c_str());
+      return 1;
+    }
+    projection_profile = *p;
+  }
+  const sim::CostProfile& c = *calibrated;
+  std::printf("cost profile (%s, %d cores):\n", c.name.c_str(), c.cores);
+  std::printf("  rollout pass  = %.3g s + %.3g s/row + %.3g s/token + %.3g s/adapter\n",
+              c.rollout.c[0], c.rollout.c[1], c.rollout.c[2], c.rollout.c[3]);
+  std::printf("  trainer step  = %.3g s + %.3g s/row + %.3g s/token + %.3g s/tenant\n",
+              c.trainer.c[0], c.trainer.c[1], c.trainer.c[2], c.trainer.c[3]);
+  for (const auto& [name, t] : c.tasks) {
+    std::printf("  %-17s prompt %.1f tok, completion %.1f tok, %.2f tool calls, verify %.2f ms/"
+                "group, tool %.2f ms, %.0f%% degenerate\n",
+                name.c_str(), t.prompt_tokens, t.completion_tokens, t.tool_calls,
+                1e3 * t.verify_s, 1e3 * t.tool_s, 100 * t.degenerate);
+  }
+  std::printf("\nvalidation: the measured runs replayed in the simulator\n%s",
+              sim::ValidationTable(*validation).c_str());
+  sim::SimSetup base = sim::SetupOf(runs.front());
+  auto projection = sim::Project(base, projection_profile, tenants, gpus, modes);
+  if (!projection.ok()) {
+    std::fprintf(stderr, "marlaas bench sim: %s\n", projection.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("\nprojection (%s; a device runs a pass at the profile's cost)\n%s",
+              projection_profile.name.c_str(), sim::ProjectionTable(*projection).c_str());
+  const std::vector<bench::Target> targets = sim::ValidationTargets(*validation, max_error);
+  std::printf("\n");
+  const int missed = bench::PrintTargets(targets, stdout);
+  if (!json_path.empty()) {
+    Status st = WriteFileAtomically(
+        json_path, sim::SimJson(projection_profile, *validation, *projection, targets));
+    std::vector<ChartSeries> series;
+    for (int g : gpus) {
+      for (const std::string& m : modes) {
+        ChartSeries s{m + ", " + std::to_string(g) + " gpus", {}};
+        for (const sim::ProjectionRow& r : *projection)
+          if (r.gpus == g && r.mode == m) s.points.emplace_back(r.tenants, r.result.wall_s);
+        series.push_back(std::move(s));
+      }
+    }
+    if (st.ok())
+      st = WriteFileAtomically(json_path + ".svg",
+                               LineChartSvg("simulated time for every tenant to finish", "tenants",
+                                            "wall seconds", series));
+    if (!st.ok()) {
+      std::fprintf(stderr, "marlaas bench sim: %s\n", st.ToString().c_str());
+      return 1;
+    }
+    std::printf("wrote %s (+ .svg)\n", json_path.c_str());
+  }
+  return missed == 0 ? 0 : 1;
+}
+
+}  // namespace marlaas::cli

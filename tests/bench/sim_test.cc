@@ -1,0 +1,232 @@
+// bench/sim: the cost fit, the profile and measured-run JSON, and the simulator against closed
+// forms and against the orderings a scheduler must respect.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "bench/sim/cost_model.h"
+#include "bench/sim/measured_run.h"
+#include "bench/sim/sim_report.h"
+#include "bench/sim/simulator.h"
+
+namespace marlaas::sim {
+namespace {
+
+TEST(SimCostFitTest, RecoversTheCoefficientsOfANoisyLinearCost) {
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> rows(1, 96), noise(-1e-5, 1e-5);
+  CostSums sums{};
+  for (int i = 0; i < 2000; ++i) {
+    const double r = std::floor(rows(rng)), tokens = r + std::floor(rows(rng)) * 3;
+    const double adapters = 1 + i % 7;
+    sums.Add(r, tokens, adapters, 2e-3 + 1e-4 * r + 3e-6 * tokens + 5e-5 * adapters + noise(rng));
+  }
+  auto fit = FitLinearCost(sums);
+  ASSERT_TRUE(fit.ok()) << fit.status().ToString();
+  EXPECT_NEAR(fit->c[0], 2e-3, 2e-5);
+  EXPECT_NEAR(fit->c[1], 1e-4, 2e-6);
+  EXPECT_NEAR(fit->c[2], 3e-6, 2e-7);
+  EXPECT_NEAR(fit->c[3], 5e-5, 2e-6);
+}
+
+TEST(SimCostFitTest, AConstantOrHarmfulRegressorGetsZeroNeverANegativeCoefficient) {
+  CostSums sums{};
+  // Cost grows with rows; tokens track rows but cost falls with them in this data, and
+  // adapters never vary: a plain least squares would give tokens a negative coefficient.
+  for (int r = 1; r <= 50; ++r) sums.Add(r, 100.0 - r, 1, 1e-3 + 2e-4 * r);
+  auto fit = FitLinearCost(sums);
+  ASSERT_TRUE(fit.ok());
+  for (double c : fit->c) EXPECT_GE(c, 0);
+  EXPECT_NEAR(fit->Seconds(10, 90, 1), 1e-3 + 2e-4 * 10, 1e-9);
+  EXPECT_EQ(fit->c[3], 0);
+  CostSums one{};
+  one.Add(1, 1, 1, 1);
+  EXPECT_FALSE(FitLinearCost(one).ok());
+}
+
+CostProfile SimpleProfile() {
+  CostProfile p;
+  p.name = "test";
+  p.cores = 2;
+  p.rollout.c = {0.01, 0, 0, 0};  // every pass 10 ms
+  p.trainer.c = {0.2, 0, 0, 0};   // every step 200 ms
+  TaskCost t;
+  t.prompt_tokens = 10;
+  t.completion_tokens = 5;  // exactly 5 tokens: 5 passes per round
+  t.verify_s = 0;
+  p.tasks["arithmetic"] = t;
+  return p;
+}
+
+TEST(SimCostProfileTest, JsonRoundTripsAndErrorsNameTheField) {
+  CostProfile p = SimpleProfile();
+  p.tasks["calculator_tool"].tool_calls = 1;
+  auto back = CostProfileFromJson(CostProfileToJson(p));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->rollout.c, p.rollout.c);
+  EXPECT_EQ(back->tasks.at("calculator_tool").tool_calls, 1);
+  auto unknown = CostProfileFromJson(
+      R"({"rollout":[0,0,0,0],"trainer":[0,0,0,0],"tasks":{"arithmetic":{"bogus":1}}})");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("tasks.arithmetic.bogus"), std::string::npos);
+  auto negative = CostProfileFromJson(R"({"rollout":[0,-1,0,0],"trainer":[0,0,0,0]})");
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find("rollout[1]"), std::string::npos);
+  auto cores = CostProfileFromJson(R"({"rollout":[0,0,0,0],"trainer":[0,0,0,0],"cores":0})");
+  ASSERT_FALSE(cores.ok());
+  EXPECT_NE(cores.status().message().find("cores"), std::string::npos);
+  EXPECT_FALSE(CostProfileFromJson(R"({"trainer":[0,0,0,0]})").ok());  // rollout missing
+}
+
+TEST(SimulatorTest, OneSequentialTenantTakesTheSumOfItsStagesAndPolls) {
+  const CostProfile p = SimpleProfile();
+  SimSetup s;
+  s.mode = "sequential_sync";
+  s.tasks = {"arithmetic"};
+  s.steps = 4;
+  s.group_size = 4;
+  s.prompts_per_step = 2;
+  auto r = Simulate(s, p);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->complete);
+  // Admission: the trainer's table poll (half of 100 ms) and the rollout's idle sync (half of
+  // 2 ms); each step 5 passes of 10 ms and a 200 ms training step; after each step the rollout
+  // sees the retired groups within its idle sync; the service's tick (half of 20 ms) at the end.
+  const double expected = 0.05 + 0.001 + 4 * (5 * 0.01 + 0.2) + 3 * 0.001 + 0.01;
+  EXPECT_NEAR(r->wall_s, expected, 1e-9);
+  EXPECT_EQ(r->forward_passes, 4u * 5u);
+  EXPECT_EQ(r->train_steps, 4u);
+  EXPECT_EQ(r->samples, 4u * 2u * 4u);
+  EXPECT_NEAR(r->util_trainer, 4 * 0.2 / expected, 1e-9);
+}
+
+TEST(SimulatorTest, OverlapAndBatchingMakeAsyncFasterAndSharedCoresSlowItDown) {
+  CostProfile p = SimpleProfile();
+  p.rollout.c = {0.004, 2e-4, 1e-5, 1e-4};
+  p.trainer.c = {0.02, 5e-4, 1e-5, 1e-3};
+  p.tasks["arithmetic"].verify_s = 0.002;
+  SimSetup s;
+  for (int k = 0; k < 8; ++k) s.tasks.push_back("arithmetic");
+  double wall[3];
+  const char* modes[] = {"sequential_sync", "multi_tenant_sync", "async"};
+  for (int m = 0; m < 3; ++m) {
+    s.mode = modes[m];
+    auto r = Simulate(s, p);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(r->complete);
+    EXPECT_EQ(r->train_steps > 0, true);
+    wall[m] = r->wall_s;
+  }
+  EXPECT_GT(wall[0], 2 * wall[1]);  // batching 8 tenants
+  EXPECT_LT(wall[2], wall[1]);      // and overlapping the stages
+  // One core shared by rollout, trainer and verifier: async loses its overlap.
+  p.cores = 1;
+  s.mode = "async";
+  auto one_core = Simulate(s, p);
+  ASSERT_TRUE(one_core.ok());
+  EXPECT_GT(one_core->wall_s, wall[2] * 1.05);
+}
+
+TEST(SimulatorTest, MoreDevicesFinishManyTenantsSoonerAndEveryStepIsTrained) {
+  CostProfile p = SimpleProfile();
+  p.placement = "accelerator";
+  p.host_cores = 64;
+  p.rollout.c = {0.004, 2e-4, 1e-5, 1e-4};
+  p.trainer.c = {0.02, 5e-4, 1e-5, 1e-3};
+  SimSetup s;
+  s.mode = "async";
+  for (int k = 0; k < 256; ++k) s.tasks.push_back("arithmetic");
+  double last = 0;
+  for (int gpus : {1, 8, 32}) {
+    s.gpus = gpus;
+    auto r = Simulate(s, p);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(r->complete);
+    EXPECT_EQ(r->samples, 256u * 8u * 2u * 4u);
+    if (last > 0) {
+      EXPECT_LT(r->wall_s, last / 2) << gpus << " gpus";
+    }
+    last = r->wall_s;
+  }
+}
+
+TEST(SimulatorTest, ToolCallsAndEnvironmentLatencyStretchTheRun) {
+  CostProfile p = SimpleProfile();
+  p.tasks["arithmetic"].tool_calls = 1;
+  p.tasks["arithmetic"].tool_s = 0.001;
+  SimSetup s;
+  s.mode = "async";
+  s.tasks = {"arithmetic", "arithmetic"};
+  auto plain = Simulate(s, p);
+  s.env_latency_ms = 200;
+  auto remote = Simulate(s, p);
+  ASSERT_TRUE(plain.ok() && remote.ok());
+  // Every step waits at least for one tool round trip and one scoring round trip of ~200 ms.
+  EXPECT_GT(remote->wall_s, plain->wall_s + s.steps * 0.3);
+}
+
+TEST(SimulatorTest, BadSetupsAreRefusedByName) {
+  const CostProfile p = SimpleProfile();
+  SimSetup s;
+  s.tasks = {"countdown"};
+  auto r = Simulate(s, p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("countdown"), std::string::npos);
+  s.tasks = {"arithmetic"};
+  s.mode = "lockstep";
+  EXPECT_FALSE(Simulate(s, p).ok());
+}
+
+TEST(SimMeasuredRunTest, RoundTripsThroughJsonAndCalibratesTheTasks) {
+  MeasuredRun m;
+  m.mode = "async";
+  m.tenants = 2;
+  m.seed = 1;
+  m.complete = true;
+  m.wall_s = 3;
+  m.tasks = {"arithmetic", "calculator_tool"};
+  m.steps = 8;
+  m.group_size = 4;
+  m.prompts_per_step = 2;
+  m.max_staleness = 1;
+  m.verifier_workers = 2;
+  for (int i = 1; i <= 10; ++i) {
+    m.costs.rollout.Add(i, 2 * i, 1, 0.001 * i);
+    m.costs.trainer.Add(4 * i, 40 * i, 1, 0.01 + 0.001 * i);
+  }
+  TaskCostSums& calc = m.costs.tasks["calculator_tool"];
+  calc.groups_started = 16;
+  calc.prompt_tokens = 16 * 60;
+  calc.completions = 64;
+  calc.completion_tokens = 64 * 36;
+  calc.groups_scored = 16;
+  calc.work_ns = 16 * 2'000'000;
+  calc.tool_calls = 64;
+  calc.tool_ns = 64 * 3'000'000;
+  calc.groups_trained = 16;
+  calc.groups_degenerate = 4;
+  auto back = MeasuredRunFromJson(MeasuredRunToJson(m), "run 0");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->tasks, m.tasks);
+  EXPECT_EQ(back->costs.rollout.n, 10u);
+  EXPECT_EQ(back->costs.tasks.at("calculator_tool").tool_ns, calc.tool_ns);
+  auto p = CalibrateProfile({*back}, 2, "t");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const TaskCost& t = p->tasks.at("calculator_tool");
+  EXPECT_DOUBLE_EQ(t.prompt_tokens, 60);
+  EXPECT_DOUBLE_EQ(t.completion_tokens, 36);
+  EXPECT_DOUBLE_EQ(t.tool_calls, 1);
+  EXPECT_NEAR(t.verify_s, 0.002, 1e-12);
+  EXPECT_NEAR(t.tool_s, 0.003, 1e-12);
+  EXPECT_DOUBLE_EQ(t.degenerate, 0.25);
+  EXPECT_NEAR(p->rollout.Seconds(5, 10, 1), 0.005, 1e-9);
+  nlohmann::json broken = MeasuredRunToJson(m);
+  broken.erase("steps");
+  auto bad = MeasuredRunFromJson(broken, "run 7");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("run 7"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("steps"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace marlaas::sim
