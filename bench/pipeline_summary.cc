@@ -159,7 +159,8 @@ std::string PipelineJson(const PipelineSummary& s, const std::vector<PipelineRun
                               {"met", t.met()}});
   }
   doc["measured"] = json::array();
-  for (const PipelineRun& r : runs) doc["measured"].push_back(sim::MeasuredRunToJson(ToMeasuredRun(r)));
+  for (const PipelineRun& r : runs)
+    doc["measured"].push_back(sim::MeasuredRunToJson(ToMeasuredRun(r)));
   return doc.dump(2) + "\n";
 }
 

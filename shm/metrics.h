@@ -60,8 +60,8 @@ struct EngineMetrics {
 
 struct TenantMetrics {
   uint64_t generation;  // TenantRecord::generation these counters belong to
-  uint64_t samples;  // rollout: completions committed; verifier: scored; trainer: trained rows
-  uint64_t tokens;   // rollout: tokens generated; trainer: tokens of the rows it trained
+  uint64_t samples;     // rollout: completions committed; verifier: scored; trainer: trained rows
+  uint64_t tokens;      // rollout: tokens generated; trainer: tokens of the rows it trained
   uint64_t steps;
   uint64_t adapter_version;
   uint64_t reward_count;
@@ -82,7 +82,7 @@ struct TenantMetrics {
   uint64_t work_ns;
   uint64_t tool_ns;
   uint64_t tool_calls;
-  char last_error[96];         // the latest problem of this tenant in this stage ("" when none)
+  char last_error[96];  // the latest problem of this tenant in this stage ("" when none)
 };
 
 struct MetricsLayout {

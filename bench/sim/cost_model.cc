@@ -139,10 +139,10 @@ Result<LinearCost> FitLinearCost(const CostSums& sums) {
 Result<CostProfile> CostProfileFromJson(const std::string& text) {
   json doc = json::parse(text, nullptr, false);
   if (doc.is_discarded()) return FieldError("document", "not valid JSON");
-  MARLAAS_RETURN_IF_ERROR(CheckKeys(doc, "",
-                                    {"name", "placement", "cores", "host_cores",
-                                     "max_active_sequences", "adapter_sync_s", "rollout",
-                                     "trainer", "tasks"}));
+  MARLAAS_RETURN_IF_ERROR(
+      CheckKeys(doc, "",
+                {"name", "placement", "cores", "host_cores", "max_active_sequences",
+                 "adapter_sync_s", "rollout", "trainer", "tasks"}));
   CostProfile p;
   if (doc.contains("name")) {
     if (!doc["name"].is_string()) return FieldError("name", "must be a string");
@@ -156,7 +156,8 @@ Result<CostProfile> CostProfileFromJson(const std::string& text) {
   }
   MARLAAS_RETURN_IF_ERROR(ReadInt(doc, "cores", 1, 4096, &p.cores));
   MARLAAS_RETURN_IF_ERROR(ReadInt(doc, "host_cores", 1, 65536, &p.host_cores));
-  MARLAAS_RETURN_IF_ERROR(ReadInt(doc, "max_active_sequences", 1, 1 << 20, &p.max_active_sequences));
+  MARLAAS_RETURN_IF_ERROR(
+      ReadInt(doc, "max_active_sequences", 1, 1 << 20, &p.max_active_sequences));
   MARLAAS_RETURN_IF_ERROR(ReadNumber(doc, "", "adapter_sync_s", 0, 60, &p.adapter_sync_s));
   MARLAAS_RETURN_IF_ERROR(ReadCost(doc, "rollout", &p.rollout));
   MARLAAS_RETURN_IF_ERROR(ReadCost(doc, "trainer", &p.trainer));

@@ -37,13 +37,13 @@ Result<LinearCost> FitLinearCost(const CostSums& sums);
 
 // What a task's work looks like and costs, per prompt / completion / group.
 struct TaskCost {
-  double prompt_tokens = 16;      // tokens of a prompt
-  double completion_tokens = 8;   // tokens generated per completion
-  double tool_calls = 0;          // tool calls per completion
-  double verify_s = 0;            // verifier work to score one group
-  double tool_s = 0;              // verifier work for one tool call
-  double degenerate = 0;          // fraction of groups whose rewards were all equal (not trained)
-  double trained_tokens = 24;     // tokens of a trained row (prompt, completion, tool results)
+  double prompt_tokens = 16;     // tokens of a prompt
+  double completion_tokens = 8;  // tokens generated per completion
+  double tool_calls = 0;         // tool calls per completion
+  double verify_s = 0;           // verifier work to score one group
+  double tool_s = 0;             // verifier work for one tool call
+  double degenerate = 0;         // fraction of groups whose rewards were all equal (not trained)
+  double trained_tokens = 24;    // tokens of a trained row (prompt, completion, tool results)
 };
 
 struct CostProfile {

@@ -7,7 +7,8 @@ using nlohmann::json;
 
 json SumsToJson(const CostSums& s) {
   json xtx = json::array();
-  for (const auto& row : s.xtx) xtx.push_back(json(std::vector<double>(row, row + CostSums::kTerms)));
+  for (const auto& row : s.xtx)
+    xtx.push_back(json(std::vector<double>(row, row + CostSums::kTerms)));
   return {{"n", s.n},
           {"xtx", xtx},
           {"xty", std::vector<double>(s.xty, s.xty + CostSums::kTerms)},
@@ -42,10 +43,11 @@ Status SumsFromJson(const json& j, const std::string& where, const std::string& 
   return Status::Ok();
 }
 
-#define MARLAAS_TASK_SUM_FIELDS(X)                                                              \
-  X(tenants) X(groups_started) X(prompt_tokens) X(completions) X(completion_tokens)           \
-      X(groups_scored) X(work_ns) X(tool_calls) X(tool_ns) X(groups_trained) X(groups_degenerate) \
-          X(rows_trained) X(tokens_trained)
+#define MARLAAS_TASK_SUM_FIELDS(X)                                                               \
+  X(tenants)                                                                                     \
+  X(groups_started) X(prompt_tokens) X(completions) X(completion_tokens) X(groups_scored)        \
+      X(work_ns) X(tool_calls) X(tool_ns) X(groups_trained) X(groups_degenerate) X(rows_trained) \
+          X(tokens_trained)
 
 double Ratio(double num, double den, double fallback) { return den > 0 ? num / den : fallback; }
 
@@ -107,15 +109,16 @@ Result<MeasuredRun> MeasuredRunFromJson(const json& j, const std::string& where)
     return Bad(where, "tasks", "must name one task per tenant");
   if (r.steps < 1 || r.group_size < 1 || r.prompts_per_step < 1 || r.max_staleness < 0 ||
       r.verifier_workers < 1 || r.env_latency_ms < 0 || r.wall_s <= 0)
-    return Bad(where, "set-up", "steps, group_size, prompts_per_step, verifier_workers and "
-                                "wall_s must be positive");
+    return Bad(where, "set-up",
+               "steps, group_size, prompts_per_step, verifier_workers and "
+               "wall_s must be positive");
   if (!j.contains("costs") || !j["costs"].is_object())
     return Bad(where, "costs", "missing (written by marlaas bench pipeline)");
   const json& c = j["costs"];
-  MARLAAS_RETURN_IF_ERROR(SumsFromJson(c.value("rollout", json()), where, "costs.rollout",
-                                       &r.costs.rollout));
-  MARLAAS_RETURN_IF_ERROR(SumsFromJson(c.value("trainer", json()), where, "costs.trainer",
-                                       &r.costs.trainer));
+  MARLAAS_RETURN_IF_ERROR(
+      SumsFromJson(c.value("rollout", json()), where, "costs.rollout", &r.costs.rollout));
+  MARLAAS_RETURN_IF_ERROR(
+      SumsFromJson(c.value("trainer", json()), where, "costs.trainer", &r.costs.trainer));
   if (!c.contains("tasks") || !c["tasks"].is_object())
     return Bad(where, "costs.tasks", "must be an object");
   for (auto it = c["tasks"].begin(); it != c["tasks"].end(); ++it) {

@@ -20,12 +20,12 @@ namespace marlaas::sim {
 // Sums over the tenants of one task in one run.
 struct TaskCostSums {
   uint64_t tenants = 0;
-  uint64_t groups_started = 0, prompt_tokens = 0;       // rollout
-  uint64_t completions = 0, completion_tokens = 0;      // rollout
-  uint64_t groups_scored = 0, work_ns = 0;              // verifier: scoring
-  uint64_t tool_calls = 0, tool_ns = 0;                 // verifier: tool calls
-  uint64_t groups_trained = 0, groups_degenerate = 0;   // trainer
-  uint64_t rows_trained = 0, tokens_trained = 0;        // trainer
+  uint64_t groups_started = 0, prompt_tokens = 0;      // rollout
+  uint64_t completions = 0, completion_tokens = 0;     // rollout
+  uint64_t groups_scored = 0, work_ns = 0;             // verifier: scoring
+  uint64_t tool_calls = 0, tool_ns = 0;                // verifier: tool calls
+  uint64_t groups_trained = 0, groups_degenerate = 0;  // trainer
+  uint64_t rows_trained = 0, tokens_trained = 0;       // trainer
 };
 
 struct RunCosts {

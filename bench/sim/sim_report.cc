@@ -91,10 +91,9 @@ std::string ValidationTable(const std::vector<ValidationRow>& rows) {
                            "measured s", "simulated", "error", "util r/t meas", "util r/t sim");
   for (const ValidationRow& r : rows) {
     out += Format("%-18s %7d %4llu %10.2f %10.2f %+6.1f%% %6.2f / %5.2f %6.2f / %5.2f\n",
-                  r.measured.mode.c_str(), r.measured.tenants,
-                  (unsigned long long)r.measured.seed, r.measured.wall_s, r.predicted.wall_s,
-                  100 * r.error, r.measured.util_rollout, r.measured.util_trainer,
-                  r.predicted.util_rollout, r.predicted.util_trainer);
+                  r.measured.mode.c_str(), r.measured.tenants, (unsigned long long)r.measured.seed,
+                  r.measured.wall_s, r.predicted.wall_s, 100 * r.error, r.measured.util_rollout,
+                  r.measured.util_trainer, r.predicted.util_rollout, r.predicted.util_trainer);
   }
   return out;
 }
@@ -107,7 +106,8 @@ std::string ProjectionTable(const std::vector<ProjectionRow>& rows) {
     if (r.mode == "sequential_sync") seq[{r.tenants, r.gpus}] = r.result.wall_s;
   for (const ProjectionRow& r : rows) {
     const auto it = seq.find({r.tenants, r.gpus});
-    const double speedup = it != seq.end() && r.result.wall_s > 0 ? it->second / r.result.wall_s : 0;
+    const double speedup =
+        it != seq.end() && r.result.wall_s > 0 ? it->second / r.result.wall_s : 0;
     out += Format("%-18s %7d %5d %9d %8d %10.1f %10.2f %11.2fx%s\n", r.mode.c_str(), r.tenants,
                   r.gpus, r.result.rollout_replicas, r.result.trainers, r.result.wall_s,
                   r.result.util_rollout, speedup, r.result.complete ? "" : "  INCOMPLETE");
@@ -147,10 +147,8 @@ std::string SimJson(const CostProfile& profile, const std::vector<ValidationRow>
                                  {"samples", r.result.samples}});
   }
   for (const bench::Target& t : targets) {
-    doc["targets"].push_back({{"name", t.name},
-                              {"value", t.value},
-                              {"threshold", t.threshold},
-                              {"met", t.met()}});
+    doc["targets"].push_back(
+        {{"name", t.name}, {"value", t.value}, {"threshold", t.threshold}, {"met", t.met()}});
   }
   return doc.dump(2) + "\n";
 }

@@ -77,8 +77,8 @@ class Simulator {
     double last_sync = -1;
     size_t next_rr = 0;
     std::vector<int> tenants;
-    std::vector<int> active;            // sequences in the batch
-    std::deque<int> returning;          // parked sequences whose tool result came back
+    std::vector<int> active;    // sequences in the batch
+    std::deque<int> returning;  // parked sequences whose tool result came back
   };
   struct Trainer {
     int device = 0;
@@ -127,9 +127,9 @@ class Simulator {
   std::vector<Replica> replicas_;
   std::vector<Trainer> trainers_;
   std::vector<VerifierJob> vjobs_;
-  std::deque<int> vqueue_;           // job ids waiting for a worker
+  std::deque<int> vqueue_;                   // job ids waiting for a worker
   std::map<int, std::deque<int>> vpending_;  // per tenant, its jobs in arrival order
-  std::map<int, int> vrunning_;      // per tenant, jobs running
+  std::map<int, int> vrunning_;              // per tenant, jobs running
   int vbusy_ = 0, verifier_device_ = 0;
   int finished_ = 0, next_admit_ = 0;
   double last_finish_ = 0;
@@ -202,9 +202,7 @@ void Simulator::StartGroups(Replica& r) {
   if (r.tenants.empty()) return;
   const uint64_t P = uint64_t(s_.prompts_per_step);
   const uint64_t needed = uint64_t(s_.steps) * P;
-  auto in_flight = [](const Tenant& t) {
-    return t.started - std::min(t.started, t.seen_retired);
-  };
+  auto in_flight = [](const Tenant& t) { return t.started - std::min(t.started, t.seen_retired); };
   const bool lockstep = s_.mode != "async";
   if (lockstep) {
     bool round_open = false, busy = false;
@@ -272,8 +270,8 @@ void Simulator::KickReplica(Replica& r) {
   r.busy = true;
   ++result_.forward_passes;
   const size_t self = size_t(&r - replicas_.data());
-  Start(r.device, kRolloutEngine, p_.rollout.Seconds(double(batch.size()), tokens,
-                                                      double(adapters.size())),
+  Start(r.device, kRolloutEngine,
+        p_.rollout.Seconds(double(batch.size()), tokens, double(adapters.size())),
         [this, self, batch] { FinishPass(replicas_[self], batch); });
 }
 
@@ -404,8 +402,8 @@ void Simulator::KickTrainer(Trainer& tr) {
             t.retired += P;
             if (t.steps >= uint64_t(s_.steps)) OnTenantFinished(t);
             const int replica = t.replica;
-            const bool remote = p_.placement == "accelerator" &&
-                                replicas_[size_t(replica)].device != tr.device;
+            const bool remote =
+                p_.placement == "accelerator" && replicas_[size_t(replica)].device != tr.device;
             if (remote && p_.adapter_sync_s > 0) {
               At(now_ + p_.adapter_sync_s, [this, replica] { WakeReplica(replica); });
             } else {
@@ -486,10 +484,9 @@ Result<SimResult> Simulator::Run() {
     double next = timers_.empty() ? std::numeric_limits<double>::infinity() : timers_.top().t;
     for (const Work& w : works_) next = std::min(next, now_ + w.remaining / rate(w));
     if (!std::isfinite(next)) {
-      return Status(StatusCode::kInternal,
-                    "simulation stalled at " + std::to_string(now_) + " s with " +
-                        std::to_string(finished_) + " of " + std::to_string(n) +
-                        " tenants finished");
+      return Status(StatusCode::kInternal, "simulation stalled at " + std::to_string(now_) +
+                                               " s with " + std::to_string(finished_) + " of " +
+                                               std::to_string(n) + " tenants finished");
     }
     if (next > s_.timeout_s) break;
     const double dt = std::max(0.0, next - now_);
@@ -525,11 +522,9 @@ Result<SimResult> Simulator::Run() {
 }  // namespace
 
 Result<SimResult> Simulate(const SimSetup& setup, const CostProfile& profile) {
-  if (setup.mode != "sequential_sync" && setup.mode != "multi_tenant_sync" &&
-      setup.mode != "async")
+  if (setup.mode != "sequential_sync" && setup.mode != "multi_tenant_sync" && setup.mode != "async")
     return Status(StatusCode::kInvalidArgument, "simulate: unknown mode '" + setup.mode + "'");
-  if (setup.tasks.empty())
-    return Status(StatusCode::kInvalidArgument, "simulate: no tenants");
+  if (setup.tasks.empty()) return Status(StatusCode::kInvalidArgument, "simulate: no tenants");
   for (const std::string& t : setup.tasks) {
     if (!profile.tasks.count(t))
       return Status(StatusCode::kInvalidArgument,

@@ -48,8 +48,9 @@ int RunBenchSim(std::vector<std::string> args) {
   std::vector<int> tenants, gpus;
   std::vector<std::string> modes;
   if (calibrate.empty()) {
-    std::fprintf(stderr, "marlaas bench sim: --calibrate FILE (a `marlaas bench pipeline --json` "
-                         "file) is required\n");
+    std::fprintf(stderr,
+                 "marlaas bench sim: --calibrate FILE (a `marlaas bench pipeline --json` "
+                 "file) is required\n");
     return 2;
   }
   if (!ParseInts(tenants_s, 1, 1 << 20, &tenants) || !ParseInts(gpus_s, 1, 4096, &gpus)) {
@@ -104,7 +105,8 @@ int RunBenchSim(std::vector<std::string> args) {
   sim::CostProfile projection_profile = *calibrated;
   if (!profile_path.empty()) {
     auto ptext = ReadFile(profile_path);
-    auto p = ptext.ok() ? sim::CostProfileFromJson(*ptext) : Result<sim::CostProfile>(ptext.status());
+    auto p =
+        ptext.ok() ? sim::CostProfileFromJson(*ptext) : Result<sim::CostProfile>(ptext.status());
     if (!p.ok()) {
       std::fprintf(stderr, "marlaas bench sim: %s: %s\n", profile_path.c_str(),
                    p.status().message().c_str());
@@ -119,10 +121,11 @@ int RunBenchSim(std::vector<std::string> args) {
   std::printf("  trainer step  = %.3g s + %.3g s/row + %.3g s/token + %.3g s/tenant\n",
               c.trainer.c[0], c.trainer.c[1], c.trainer.c[2], c.trainer.c[3]);
   for (const auto& [name, t] : c.tasks) {
-    std::printf("  %-17s prompt %.1f tok, completion %.1f tok, %.2f tool calls, verify %.2f ms/"
-                "group, tool %.2f ms, %.0f%% degenerate\n",
-                name.c_str(), t.prompt_tokens, t.completion_tokens, t.tool_calls,
-                1e3 * t.verify_s, 1e3 * t.tool_s, 100 * t.degenerate);
+    std::printf(
+        "  %-17s prompt %.1f tok, completion %.1f tok, %.2f tool calls, verify %.2f ms/"
+        "group, tool %.2f ms, %.0f%% degenerate\n",
+        name.c_str(), t.prompt_tokens, t.completion_tokens, t.tool_calls, 1e3 * t.verify_s,
+        1e3 * t.tool_s, 100 * t.degenerate);
   }
   std::printf("\nvalidation: the measured runs replayed in the simulator\n%s",
               sim::ValidationTable(*validation).c_str());

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "bench/sim/sim_report.h"
 #include "tests/procs/pipeline_fixture.h"
 
 namespace marlaas::testing {
@@ -47,6 +48,31 @@ TEST(PipelineBenchTest, TheThreeModesTrainTheSameTenantsToTheEnd) {
     EXPECT_EQ(run->stage_restarts, 0) << mode;
     ASSERT_EQ(run->final_rewards.size(), size_t(kTenants));
     for (double r : run->final_rewards) EXPECT_TRUE(r >= 0 && r <= 1) << mode;
+    // The stage costs bench/sim calibrates from: every pass counted, every tenant's task.
+    EXPECT_GT(run->costs.rollout.n, 0u) << mode;
+    if (mode == "multi_tenant_sync") {
+      EXPECT_EQ(run->costs.trainer.n, 3u) << "one step a round";
+    }
+    if (mode == "sequential_sync") {
+      EXPECT_EQ(run->costs.trainer.n, uint64_t(kTenants * 3));
+    }
+    uint64_t tenants_seen = 0, completions = 0;
+    for (const auto& [task, c] : run->costs.tasks) {
+      tenants_seen += c.tenants;
+      completions += c.completions;
+      EXPECT_GT(c.prompt_tokens, 0u) << task;
+      EXPECT_EQ(c.groups_scored, c.groups_trained) << task;
+    }
+    EXPECT_EQ(tenants_seen, uint64_t(kTenants)) << mode;
+    EXPECT_GE(completions, expected_samples) << mode;
+    // ... and the simulator replays the run to its end from them.
+    const sim::MeasuredRun measured = bench::ToMeasuredRun(*run);
+    auto profile = sim::CalibrateProfile({measured}, 2, mode);
+    ASSERT_TRUE(profile.ok()) << mode << ": " << profile.status().ToString();
+    auto replay = sim::Simulate(sim::SetupOf(measured), *profile);
+    ASSERT_TRUE(replay.ok()) << mode << ": " << replay.status().ToString();
+    EXPECT_TRUE(replay->complete) << mode;
+    EXPECT_EQ(replay->samples, expected_samples) << mode;
     if (mode == "async") {
       EXPECT_GE(run->samples, expected_samples);
       continue;
