@@ -45,9 +45,9 @@ Status SumsFromJson(const json& j, const std::string& where, const std::string& 
 
 #define MARLAAS_TASK_SUM_FIELDS(X)                                                               \
   X(tenants)                                                                                     \
-  X(groups_started) X(prompt_tokens) X(completions) X(completion_tokens) X(groups_scored)        \
-      X(work_ns) X(tool_calls) X(tool_ns) X(groups_trained) X(groups_degenerate) X(rows_trained) \
-          X(tokens_trained)
+  X(groups_started)                                                                              \
+  X(prompt_tokens) X(completions) X(completion_tokens) X(groups_scored) X(work_ns) X(tool_calls) \
+      X(tool_ns) X(groups_trained) X(groups_degenerate) X(rows_trained) X(tokens_trained)
 
 double Ratio(double num, double den, double fallback) { return den > 0 ? num / den : fallback; }
 

@@ -51,7 +51,9 @@ struct SimSetup {
 struct SimResult {
   bool complete = false;
   double wall_s = 0;
-  double util_rollout = 0, util_trainer = 0, util_verifier = 0;  // busy / wall, mean per engine
+  // busy / wall: rollout and trainer per engine (mean over replicas / trainers); the verifier as
+  // the measured one counts it, the sum over its workers
+  double util_rollout = 0, util_trainer = 0, util_verifier = 0;
   uint64_t samples = 0, forward_passes = 0, train_steps = 0;
   int rollout_replicas = 1, trainers = 1;
 };

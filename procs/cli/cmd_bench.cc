@@ -120,8 +120,8 @@ int BenchPipeline(std::vector<std::string> args) {
   std::printf("\n%s", bench::PipelineTable(summary).c_str());
   const int missed = bench::PrintTargets(summary.targets, stdout);
   if (!json_path.empty()) {
-    Status st = WriteFileAtomically(json_path,
-                                    bench::PipelineJson(summary, runs, double(latency_ms), int(steps)));
+    Status st = WriteFileAtomically(
+        json_path, bench::PipelineJson(summary, runs, double(latency_ms), int(steps)));
     std::vector<ChartSeries> wall, util;
     for (const std::string& m : modes) {
       ChartSeries w{m, {}}, u{m, {}};
