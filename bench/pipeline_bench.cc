@@ -108,11 +108,13 @@ Result<PipelineRun> RunPipelineMode(const std::string& mode, int tenants, uint64
   std::error_code ec;
   fs::remove_all(so.stage.state_dir, ec);
   MARLAAS_ASSIGN_OR_RETURN(std::unique_ptr<serve::Service> service, serve::Service::Start(so));
+  // The clock starts with the first admission, once every stage has loaded the base and entered
+  // its loop: process start-up is the same in every mode and no part of a tenant's training.
+  MARLAAS_RETURN_IF_ERROR(service->WaitUntilReady(60'000));
   PipelineRun run;
   run.mode = mode;
   run.tenants = tenants;
   run.seed = seed;
-  // The clock starts with the first admission: the stages are up and have loaded the base.
   serve::Monitor monitor;
   size_t admitted = 0;
   auto admit = [&]() -> Status {

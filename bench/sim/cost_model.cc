@@ -97,13 +97,15 @@ Result<LinearCost> FitLinearCost(const CostSums& sums) {
   const double n = double(sums.n);
   LinearCost best;
   double best_rss = std::numeric_limits<double>::infinity();
-  for (int mask = 0; mask < 8; ++mask) {
-    std::vector<int> idx = {0};
+  for (int mask = 1; mask < 16; ++mask) {
+    std::vector<int> idx;
     bool varies = true;
-    for (int j = 1; j <= 3; ++j) {
-      if (!(mask & (1 << (j - 1)))) continue;
-      const double mean = sums.xtx[0][j] / n, var = sums.xtx[j][j] / n - mean * mean;
-      varies = varies && var > 1e-9 * (1 + mean * mean);
+    for (int j = 0; j <= 3; ++j) {
+      if (!(mask & (1 << j))) continue;
+      if (j > 0) {  // a regressor that never varied is the constant's job
+        const double mean = sums.xtx[0][j] / n, var = sums.xtx[j][j] / n - mean * mean;
+        varies = varies && var > 1e-9 * (1 + mean * mean);
+      }
       idx.push_back(j);
     }
     if (!varies) continue;

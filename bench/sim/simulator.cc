@@ -17,7 +17,7 @@ namespace {
 // Poll intervals of the real stages, which the simulated ones wait for as they do.
 constexpr double kRolloutSyncBusyS = 0.050;  // procs/rollout: SyncTenants while generating
 constexpr double kRolloutSyncIdleS = 0.002;  // ... and while idle
-constexpr double kTrainerTableS = 0.100;     // procs/trainer: polls the tenant table
+constexpr double kTrainerTableS = 0.010;     // procs/trainer: polls the tenant table
 constexpr double kServiceTickS = 0.020;      // bench/pipeline_bench: the service loop
 constexpr double kToolAt = 0.8;              // a tool call comes 80% into its completion
 constexpr double kToolResultTokens = 12;     // "<result>...</result>" rejoins with the context

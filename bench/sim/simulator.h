@@ -17,7 +17,7 @@
 //    record arrived, each tenant's results in order.
 //  - trainer: one step for every tenant with prompts_per_step groups ready (lockstep: once every
 //    group its round started has arrived), costing trainer(rows, tokens, tenants) with rows the
-//    non-degenerate completions; it learns of admitted tenants by polling every 100 ms.
+//    non-degenerate completions; it learns of admitted tenants by polling every 10 ms.
 //  - machine: "shared" placement runs rollout, trainer and verifier workers on `cores`
 //    processors shared fairly (a stage slows down when more are busy than there are cores);
 //    "accelerator" placement gives each rollout replica and trainer a device (with `gpus` devices:

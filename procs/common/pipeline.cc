@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -168,7 +169,12 @@ void StageLog(const char* role, const char* fmt, ...) {
   va_start(ap, fmt);
   std::vsnprintf(buf, sizeof(buf), fmt, ap);
   va_end(ap);
-  std::fprintf(stderr, "[%s %d] %s\n", role, int(getpid()), buf);
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  tm local{};
+  localtime_r(&ts.tv_sec, &local);
+  std::fprintf(stderr, "%02d:%02d:%02d.%03d [%s %d] %s\n", local.tm_hour, local.tm_min,
+               local.tm_sec, int(ts.tv_nsec / 1'000'000), role, int(getpid()), buf);
 }
 
 }  // namespace marlaas::pipeline

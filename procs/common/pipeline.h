@@ -90,7 +90,8 @@ void InstallStopHandlers();
 bool StopRequested();
 void RequestStop();
 
-// A line on stderr prefixed with the stage role and pid: "[trainer 1234] ...".
+// A line on stderr prefixed with the local time, the stage role and pid:
+// "14:03:07.412 [trainer 1234] ...".
 void StageLog(const char* role, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
 }  // namespace marlaas::pipeline

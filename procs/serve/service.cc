@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "base/deadline.h"
 #include "base/file_util.h"
 #include "procs/serve/admission.h"
 #include "procs/serve/tenant_status.h"
@@ -113,6 +114,7 @@ Status Service::Spawn(Stage* stage) {
   for (const std::string& a : pipeline::StageArgv(options_.stage)) argv.push_back(a);
   const std::string log = options_.stage.state_dir + "/logs/" + stage->role + ".log";
   const pid_t parent = getpid();
+  const int64_t spawned = MonotonicNanos();
   const pid_t pid = fork();
   if (pid < 0) return ErrnoStatus("fork", errno);
   if (pid == 0) {
@@ -130,7 +132,37 @@ Status Service::Spawn(Stage* stage) {
     _exit(127);
   }
   stage->pid = pid;
+  stage->spawned_mono_ns = spawned;
   return Status::Ok();
+}
+
+bool Service::StagesReady() const {
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    if (stages_[i].pid <= 0) return false;
+    auto e = metrics_[i].LoadEngine();
+    if (!e.ok() || e->started_mono_ns < stages_[i].spawned_mono_ns) return false;
+  }
+  return true;
+}
+
+Status Service::WaitUntilReady(int timeout_ms) {
+  const int64_t deadline = MonotonicNanos() + int64_t(timeout_ms) * 1'000'000;
+  for (;;) {
+    Tick();
+    if (StagesReady()) return Status::Ok();
+    if (MonotonicNanos() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::string late;
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    auto e = metrics_[i].LoadEngine();
+    if (stages_[i].pid > 0 && e.ok() && e->started_mono_ns >= stages_[i].spawned_mono_ns) continue;
+    late += (late.empty() ? "" : ", ") + stages_[i].role + " (restarted " +
+            std::to_string(stages_[i].restarts) + " times)";
+  }
+  return Status(StatusCode::kTimeout, "stages not ready after " + std::to_string(timeout_ms) +
+                                          " ms: " + late + "; see " + options_.stage.state_dir +
+                                          "/logs");
 }
 
 Status Service::Admit(const pb::JobSpec& given) {

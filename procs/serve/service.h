@@ -72,6 +72,13 @@ class Service {
   Result<std::vector<std::string>> ResumeTenants();
   // Supervision: restarts dead stages and updates tenant states.
   void Tick();
+  // True when every stage process now running has loaded what it needs (the base, the
+  // tokenizer, its segments) and entered its loop: its engine metrics carry a start time taken
+  // after it was spawned. Tenants admitted before that wait for the slowest stage's start-up.
+  bool StagesReady() const;
+  // Ticks until StagesReady(); kTimeout naming the stages not ready (and how often
+  // each was restarted) after `timeout_ms`.
+  Status WaitUntilReady(int timeout_ms);
   // True when every admitted tenant is finished, stopped or failed.
   bool AllDone() const;
   std::vector<TenantView> Tenants() const;
@@ -88,6 +95,7 @@ class Service {
     int restarts = 0;
     int64_t died_at = 0;
     int crashes_in_row = 0;
+    int64_t spawned_mono_ns = 0;  // when the running process was forked (CLOCK_MONOTONIC)
   };
   explicit Service(const ServiceOptions& o) : options_(o) {}
   Status Spawn(Stage* stage);

@@ -25,6 +25,7 @@ namespace {
 using pipeline::StageLog;
 constexpr const char* kRole = "trainer";
 constexpr int64_t kPartialStepAfterNs = 20'000'000'000;
+constexpr int64_t kTablePollNs = 10'000'000;  // how often the tenant table is re-read
 
 double WallSeconds() {
   return double(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -567,15 +568,19 @@ Status Trainer::Run() {
   engine_ = EngineMetrics{};
   engine_.started_mono_ns = MonotonicNanos();
   if (prev.ok() && prev->started_mono_ns != 0) engine_.restarts = prev->restarts + 1;
+  metrics_.StoreEngine(engine_);  // ready: serve's WaitUntilReady sees the start time
   int64_t next_poll = 0;
   while (!pipeline::StopRequested()) {
     if (MonotonicNanos() >= next_poll) {
       SyncTenants();
-      next_poll = MonotonicNanos() + 100'000'000;
+      // A new tenant waits for this poll (its first adapter comes from us): keep it short. A
+      // poll re-reads the table's rows and reuses the job specs read before, some microseconds.
+      next_poll = MonotonicNanos() + kTablePollNs;
     }
     bool got = false;
     for (int i = 0; i < 256; ++i) {
-      auto rec = input_.Fetch(i == 0 ? Deadline::AfterMs(20) : Deadline::Now());
+      auto rec =
+          input_.Fetch(i == 0 ? Deadline::AfterMs(kTablePollNs / 1'000'000) : Deadline::Now());
       if (rec.ok()) {
         HandleRecord(*rec);
         got = true;

@@ -316,6 +316,7 @@ Status Verifier::Run() {
   auto prev = metrics_.LoadEngine();
   engine_.started_mono_ns = MonotonicNanos();
   if (prev.ok() && prev->started_mono_ns != 0) engine_.restarts = prev->restarts + 1;
+  metrics_.StoreEngine(engine_);  // ready: serve's WaitUntilReady sees the start time
   std::deque<Slot> window;
   int64_t next_poll = 0;
   while (!pipeline::StopRequested()) {

@@ -44,6 +44,26 @@ TEST(SimCostFitTest, AConstantOrHarmfulRegressorGetsZeroNeverANegativeCoefficien
   EXPECT_FALSE(FitLinearCost(one).ok());
 }
 
+TEST(SimCostFitTest, ACostThatGrowsFasterThanLinearlyIsFitWithoutTheConstant) {
+  // Small passes cost a little less than a line through the large ones predicts (as a trainer
+  // step does): with the constant the fit wants it negative. The kept fit must follow the
+  // tokens, not collapse to the mean.
+  CostSums sums{};
+  for (int i = 1; i <= 40; ++i) {
+    const double tokens = 40.0 * i;
+    sums.Add(i, tokens, 1, 1e-4 * tokens + 2e-8 * tokens * tokens);
+  }
+  auto fit = FitLinearCost(sums);
+  ASSERT_TRUE(fit.ok());
+  for (double c : fit->c) EXPECT_GE(c, 0);
+  EXPECT_GT(fit->c[1] + fit->c[2], 0);
+  // Within 25% at the small and the large end; the mean alone is off by 4x at one end.
+  for (double tokens : {80.0, 1600.0}) {
+    const double truth = 1e-4 * tokens + 2e-8 * tokens * tokens;
+    EXPECT_NEAR(fit->Seconds(tokens / 40, tokens, 1), truth, 0.25 * truth) << tokens;
+  }
+}
+
 CostProfile SimpleProfile() {
   CostProfile p;
   p.name = "test";
@@ -89,10 +109,10 @@ TEST(SimulatorTest, OneSequentialTenantTakesTheSumOfItsStagesAndPolls) {
   auto r = Simulate(s, p);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_TRUE(r->complete);
-  // Admission: the trainer's table poll (half of 100 ms) and the rollout's idle sync (half of
+  // Admission: the trainer's table poll (half of 10 ms) and the rollout's idle sync (half of
   // 2 ms); each step 5 passes of 10 ms and a 200 ms training step; after each step the rollout
   // sees the retired groups within its idle sync; the service's tick (half of 20 ms) at the end.
-  const double expected = 0.05 + 0.001 + 4 * (5 * 0.01 + 0.2) + 3 * 0.001 + 0.01;
+  const double expected = 0.005 + 0.001 + 4 * (5 * 0.01 + 0.2) + 3 * 0.001 + 0.01;
   EXPECT_NEAR(r->wall_s, expected, 1e-9);
   EXPECT_EQ(r->forward_passes, 4u * 5u);
   EXPECT_EQ(r->train_steps, 4u);

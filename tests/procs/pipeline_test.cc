@@ -248,6 +248,44 @@ TEST_F(PipelineTest, BrokenTenantVerifiersDoNotHarmOthers) {
   for (const serve::StageView& s : service_->Stages()) EXPECT_EQ(s.restarts, 0) << s.role;
 }
 
+TEST_F(PipelineTest, StagesAreReadyOnceEachHasLoadedAndAfterARestartAgain) {
+  StartService();
+  // Just forked: no stage can have loaded the base yet.
+  EXPECT_FALSE(service_->StagesReady());
+  Status st = service_->WaitUntilReady(60'000);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  for (const serve::StageView& v : service_->Stages())
+    EXPECT_GT(v.engine.started_mono_ns, 0) << v.role;
+  const pid_t old = service_->StagePid(pipeline::kTrainerRole);
+  ASSERT_EQ(kill(old, SIGKILL), 0);
+  WaitDead(old);
+  service_->Tick();  // reaps it and starts another, which has not loaded yet
+  EXPECT_FALSE(service_->StagesReady());
+  st = service_->WaitUntilReady(60'000);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_NE(service_->StagePid(pipeline::kTrainerRole), old);
+  EXPECT_TRUE(service_->StagesReady());
+}
+
+TEST_F(PipelineTest, StagesThatCannotLoadTheirModelAreNamedWhenNotReady) {
+  serve::ServiceOptions o;
+  o.stage.instance = instance_;
+  o.stage.state_dir = state_dir_;
+  o.stage.model_dir = state_dir_ + "/no-such-model";
+  o.stage.threads = 1;
+  o.stage.verifier_workers = 2;
+  o.bin_dir = MARLAAS_BIN_DIR;
+  o.max_tenants = 2;
+  auto s = serve::Service::Start(o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  Status st = (*s)->WaitUntilReady(1500);
+  EXPECT_EQ(st.code(), StatusCode::kTimeout) << st.ToString();
+  EXPECT_NE(st.message().find("rollout"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("trainer"), std::string::npos) << st.message();
+  EXPECT_EQ(st.message().find("verifier"), std::string::npos) << st.message();  // needs no model
+  EXPECT_NE(st.message().find("/logs"), std::string::npos) << st.message();
+}
+
 TEST_F(PipelineTest, InvalidJobSpecIsRefusedAndChangesNothing) {
   StartService();
   pb::JobSpec bad = SmallJob("bad", "arithmetic", 3, 1);
