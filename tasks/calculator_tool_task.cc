@@ -7,11 +7,15 @@
 
 namespace marlaas::tasks {
 
-// Products a small model cannot do in its head, so the calculator is worth calling.
+// Products a small model cannot do in its head, so the calculator is worth calling: a 3-digit
+// number times, at difficulty 1, a 2-digit one (4- and 5-digit results); at 2, one of 10-909
+// (4 to 6 digits); from 3 on, a 3-digit one (5 and, mostly, 6 digits).
 TaskExample CalculatorToolTask::Example(uint64_t seed, uint64_t index, int difficulty) const {
   std::mt19937_64 rng(seed * 0xA0761D6478BD642FULL + index * 0x9E3779B97F4A7C15ULL + 41);
-  const int64_t a = 100 + int64_t(rng() % 900),
-                b = 10 + int64_t(rng() % (difficulty <= 1 ? 90 : 900));
+  const int64_t a = 100 + int64_t(rng() % 900);
+  const int64_t b = difficulty <= 1   ? 10 + int64_t(rng() % 90)
+                    : difficulty == 2 ? 10 + int64_t(rng() % 900)
+                                      : 100 + int64_t(rng() % 900);
   const std::string expr = std::to_string(a) + "*" + std::to_string(b);
   TaskExample e;
   e.id = "calculator_tool-" + std::to_string(seed) + "-" + std::to_string(index);

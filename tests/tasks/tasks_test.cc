@@ -2,6 +2,8 @@
 // completions, JSONL round trips, and the corpus's documented share of right answers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -139,6 +141,43 @@ TEST(TasksTest, TinyBaseCorpusHasTheDocumentedRates) {
     ASSERT_GE(total, int(per_task)) << name;
     EXPECT_NEAR(double(right) / total, rate, 0.1) << name << ": " << right << "/" << total;
   }
+}
+
+// The calculator's difficulty sets the second factor's size: 2 digits, 10-909, then 3 digits.
+TEST(TasksTest, CalculatorDifficultySetsTheFactorSizes) {
+  auto task = *MakeTask("calculator_tool");
+  const std::pair<int64_t, int64_t> range[] = {{10, 99}, {10, 909}, {100, 999}, {100, 999}};
+  for (int difficulty = 1; difficulty <= 4; ++difficulty) {
+    int64_t lo = INT64_MAX, hi = 0;
+    for (uint64_t i = 0; i < 400; ++i) {
+      const TaskExample e = task->Example(3, i, difficulty);
+      const std::string expr = json::parse(e.metadata_json)["expression"];
+      const int64_t a = std::stoll(expr.substr(0, expr.find('*')));
+      const int64_t b = std::stoll(expr.substr(expr.find('*') + 1));
+      EXPECT_GE(a, 100);
+      EXPECT_LE(a, 999);
+      EXPECT_EQ(std::to_string(a * b), e.reference);
+      lo = std::min(lo, b);
+      hi = std::max(hi, b);
+    }
+    const auto [want_lo, want_hi] = range[difficulty - 1];
+    EXPECT_GE(lo, want_lo) << difficulty;
+    EXPECT_LE(hi, want_hi) << difficulty;
+    EXPECT_LT(lo, want_lo + (want_hi - want_lo) / 10) << difficulty;  // the range is used
+    EXPECT_GT(hi, want_hi - (want_hi - want_lo) / 10) << difficulty;
+  }
+}
+
+// The tiny base is pretrained on TinyBaseCorpus: a change to any task's generator at the
+// difficulties it uses (1 and 2), or to its documents, re-rolls every task's base reward and
+// the demo's tuning with it. This pins the corpus; change the value only on purpose.
+TEST(TasksTest, TinyBaseCorpusIsUnchanged) {
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a over the documents, each with its terminator
+  for (const std::string& doc : TinyBaseCorpus(1, 50)) {
+    for (char c : doc + '\0') h = (h ^ uint8_t(c)) * 1099511628211ULL;
+  }
+  EXPECT_EQ(h, 13932196006914451498ULL)
+      << "TinyBaseCorpus changed: the tiny base and the demo's tuning change too";
 }
 
 }  // namespace
