@@ -1,6 +1,10 @@
 #include "procs/common/evaluation.h"
 
+#include <atomic>
+#include <thread>
+
 #include "model/base_weights.h"
+#include "model/compute_threads.h"
 #include "model/generator.h"
 #include "model/lora_adapter.h"
 #include "model/tokenizer.h"
@@ -92,6 +96,30 @@ Result<EvalResult> EvaluateHeldOut(const std::string& model_dir, const pb::JobSp
     }
   }
   out.mean_reward = out.examples ? sum / out.examples : 0;
+  return out;
+}
+
+std::vector<Result<EvalResult>> EvaluateHeldOutAll(const std::string& model_dir,
+                                                   const std::vector<EvalJob>& jobs, int workers) {
+  std::vector<Result<EvalResult>> out(jobs.size(), Status(StatusCode::kInternal, "not evaluated"));
+  const size_t n = std::min(jobs.size(), size_t(std::max(1, workers)));
+  // OpenBLAS's pthread build deadlocks when two threads call it while it may use more than one
+  // thread itself: parallel evaluations compute on one thread each, and the setting is restored.
+  const int threads_before = model::ComputeThreads();
+  // (LibTorch's own count may already be 1 while OpenBLAS's is not: always set both.)
+  if (n > 1) model::SetComputeThreads(1);
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < jobs.size(); i = next++) {
+      out[i] = EvaluateHeldOut(model_dir, jobs[i].spec, jobs[i].adapter_dir,
+                               int(jobs[i].spec.dataset().eval_prompts()));
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < n; ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  if (n > 1) model::SetComputeThreads(threads_before);
   return out;
 }
 

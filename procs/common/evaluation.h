@@ -26,4 +26,19 @@ struct EvalResult {
 Result<EvalResult> EvaluateHeldOut(const std::string& model_dir, const pb::JobSpec& spec,
                                    const std::string& adapter_dir, int n, float temperature = 0);
 
+struct EvalJob {
+  pb::JobSpec spec;
+  std::string adapter_dir;  // "" for the base (an untrained adapter)
+};
+
+// EvaluateHeldOut (greedy, each job's dataset.eval_prompts examples) for every job, `workers` at
+// a time on threads of their own, each with its own model and generator: results in the jobs'
+// order, each exactly what EvaluateHeldOut gives alone. A job's failure is its own result. With
+// more than one worker the process computes on one thread per worker while it runs (OpenBLAS's
+// pthread pool deadlocks when called from two threads); the setting is put back after.
+// Sandboxed verifiers (python_functions) spend most of an evaluation in child processes, so on
+// two cores two workers halve the time.
+std::vector<Result<EvalResult>> EvaluateHeldOutAll(const std::string& model_dir,
+                                                   const std::vector<EvalJob>& jobs, int workers);
+
 }  // namespace marlaas::pipeline

@@ -2,6 +2,7 @@
 // real supervisor, on the tiny base model. Crash tests kill -9 stage processes mid-run.
 #include "procs/common/pipeline.h"
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "base/process.h"
+#include "model/compute_threads.h"
 #include "procs/common/evaluation.h"
 #include "shm/adapter_store.h"
 #include "shm/ring_producer.h"
@@ -246,6 +248,40 @@ TEST_F(PipelineTest, BrokenTenantVerifiersDoNotHarmOthers) {
   }
   // The supervisor did not restart anything: a broken tenant verifier never crashes a stage.
   for (const serve::StageView& s : service_->Stages()) EXPECT_EQ(s.restarts, 0) << s.role;
+}
+
+// The demo's evaluations run several tenants at once; each result must be what it is alone, and
+// one job's failure stays its own.
+TEST(EvaluationTest, ParallelEvaluationsEqualSequentialOnesAndFailAlone) {
+  const std::string model_dir = TestBaseModel();
+  std::vector<pipeline::EvalJob> jobs;
+  for (const char* task : {"python_functions", "arithmetic", "calculator_tool", "countdown"})
+    jobs.push_back({SmallJob(std::string("e-") + task, task, 1, 5), ""});
+  jobs[2].spec.mutable_dataset()->set_difficulty(3);
+  jobs.push_back({SmallJob("e-bad", "arithmetic", 1, 5), "/nonexistent/adapter"});
+  // The demo's process: LibTorch on one thread, OpenBLAS left at its default of every core (its
+  // pthread pool then deadlocks under two calling threads unless the evaluation sets it to 1).
+  model::SetComputeThreads(1);
+  using SetBlasThreads = void (*)(int);
+  if (auto set_blas =
+          reinterpret_cast<SetBlasThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+    set_blas(2);
+  const auto all = pipeline::EvaluateHeldOutAll(model_dir, jobs, 2);
+  EXPECT_EQ(model::ComputeThreads(), 1);  // put back
+  ASSERT_EQ(all.size(), jobs.size());
+  for (size_t k = 0; k + 1 < jobs.size(); ++k) {
+    const auto alone = pipeline::EvaluateHeldOut(model_dir, jobs[k].spec, "",
+                                                 int(jobs[k].spec.dataset().eval_prompts()));
+    ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+    ASSERT_TRUE(all[k].ok()) << jobs[k].spec.task() << ": " << all[k].status().ToString();
+    EXPECT_EQ(all[k]->examples, 32) << jobs[k].spec.task();
+    EXPECT_EQ(all[k]->completions, alone->completions) << jobs[k].spec.task();
+    EXPECT_EQ(all[k]->rewards, alone->rewards) << jobs[k].spec.task();
+    EXPECT_DOUBLE_EQ(all[k]->mean_reward, alone->mean_reward) << jobs[k].spec.task();
+  }
+  EXPECT_FALSE(all.back().ok());
+  EXPECT_NE(all.back().status().message().find("/nonexistent/adapter"), std::string::npos)
+      << all.back().status().ToString();
 }
 
 TEST_F(PipelineTest, StagesAreReadyOnceEachHasLoadedAndAfterARestartAgain) {
