@@ -118,7 +118,11 @@ void ControlServer::ReadFrom(int fd, const Handler& handler) {
 
 void ControlServer::Poll(int timeout_ms, const Handler& handler) {
   std::vector<pollfd> fds;
-  fds.push_back({listen_fd_, POLLIN, 0});
+  // At the connection cap the listening socket is left out: new clients wait in the kernel's
+  // backlog (their own timeouts bound the wait) until a slot frees, and are never turned away
+  // while the open connections are only slow to be reaped.
+  const bool accepting = conns_.size() < kMaxConnections;
+  fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
   for (auto& [fd, c] : conns_)
     fds.push_back({fd, short(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
   if (::poll(fds.data(), fds.size(), timeout_ms) <= 0) return;
@@ -139,15 +143,9 @@ void ControlServer::Poll(int timeout_ms, const Handler& handler) {
     }
   }
   if (fds[0].revents & POLLIN) {
-    for (;;) {
+    while (conns_.size() < kMaxConnections) {
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) break;
-      if (conns_.size() >= kMaxConnections) {
-        ::close(fd);
-        std::fprintf(stderr, "[serve] control connection refused: %zu already open\n",
-                     conns_.size());
-        continue;
-      }
       conns_[fd];
     }
   }

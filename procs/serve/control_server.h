@@ -3,6 +3,8 @@
 // thread: Poll() accepts, reads, answers through the handler and writes what is ready, waiting
 // at most its timeout. A connection that sends a malformed, truncated or oversized frame, or
 // that stops reading its replies, is closed and logged; the others and the service carry on.
+// At most 128 connections are open at once; further clients wait in the listen backlog until one
+// closes (a client's own timeout bounds that wait), they are not refused.
 // Not thread-safe.
 #pragma once
 

@@ -161,6 +161,34 @@ TEST(ControlServerTest, FuzzedFramesCloseOnlyTheirConnection) {
   EXPECT_EQ(server.connections(), 0u);
 }
 
+// At the connection cap a new client waits in the backlog and is answered once a slot frees;
+// it is not accepted and hung up on.
+TEST(ControlServerTest, AtTheConnectionCapANewClientWaitsForASlot) {
+  const std::string dir = TempDir("ctl-cap");
+  ServerThread server(dir);
+  const std::string path = dir + "/control.sock";
+  std::vector<int> idle;
+  for (int i = 0; i < 128; ++i) idle.push_back(Connect(path));
+  for (int i = 0; i < 500 && server.connections() < 128; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(server.connections(), 128u);
+  std::atomic<bool> done{false};
+  Result<pb::ControlReply> reply = Status(StatusCode::kInternal, "not called");
+  std::thread client([&] {
+    reply = cli::CallService(dir, StopRequest(7, "waited"), 10000);
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(done) << "answered although every slot was taken";
+  EXPECT_EQ(server.handled(), 0);
+  ::close(idle.back());
+  idle.pop_back();
+  client.join();
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_EQ(reply->logs().lines(0), "waited");
+  for (int fd : idle) ::close(fd);
+}
+
 TEST(ControlServerTest, ManyClientsAtOnceEachGetTheirOwnReplies) {
   const std::string dir = TempDir("ctl-many");
   ServerThread server(dir);
