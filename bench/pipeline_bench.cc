@@ -172,6 +172,7 @@ Result<PipelineRun> RunPipelineMode(const std::string& mode, int tenants, uint64
       c.groups_degenerate += v.trainer.groups_degenerate;
       c.rows_trained += v.trainer.samples;
       c.tokens_trained += v.trainer.tokens;
+      c.padded_tokens_trained += v.trainer.padded_tokens;
     }
     run.samples += v.verifier.samples;
     run.groups_dropped += v.trainer.groups_dropped;

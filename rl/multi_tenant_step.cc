@@ -77,6 +77,7 @@ torch::Tensor BucketLoss(const model::Transformer& model, std::vector<TenantStep
     res.loss = loss.loss.item<double>();
     res.clip_fraction = loss.clip_fraction;
     res.tokens = loss.tokens;
+    res.padded_tokens = n * max_len;
     total = total.defined() ? total + loss.loss : loss.loss;
   }
   return total;

@@ -36,6 +36,7 @@ struct TenantStepResult {
   double clip_fraction = 0;
   double grad_norm = 0;
   int64_t tokens = 0;
+  int64_t padded_tokens = 0;  // positions its rows took in the padded batch (rows x bucket length)
 };
 
 std::vector<TenantStepResult> MultiTenantStep(const model::Transformer& model,

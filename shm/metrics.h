@@ -14,13 +14,14 @@
 
 namespace marlaas {
 
-inline constexpr uint32_t kMetricsLayoutVersion = 3;
+inline constexpr uint32_t kMetricsLayoutVersion = 4;
 inline constexpr int kStalenessBuckets = 8;  // staleness 0..6, and >= 7
 
 // Sums for a least-squares fit of a stage's cost per pass, seconds = c0 + c1*x1 + c2*x2 + c3*x3,
 // from which the simulator (bench/sim) is calibrated. The regressors are stage-defined: rollout,
 // one packed forward: rows (sequences), tokens, distinct adapters; trainer, one training step:
-// completions, tokens, tenants stepped. Plain data (it lives in shared memory).
+// completions, padded tokens (the positions of the padded batches it ran, rl/multi_tenant_step.h),
+// tenants stepped. Plain data (it lives in shared memory).
 struct CostSums {
   static constexpr int kTerms = 4;  // the constant and three regressors
   uint64_t n;
@@ -82,6 +83,9 @@ struct TenantMetrics {
   uint64_t work_ns;
   uint64_t tool_ns;
   uint64_t tool_calls;
+  // Trainer: tokens of its trained rows, each padded to the longest row of its tenant's step
+  // (what the rows take in a batch of their own; the simulator buckets tenants by it).
+  uint64_t padded_tokens;
   char last_error[96];  // the latest problem of this tenant in this stage ("" when none)
 };
 

@@ -6,7 +6,7 @@
 //   {"name": "h200", "placement": "accelerator", "cores": 2, "host_cores": 32,
 //    "max_active_sequences": 256, "adapter_sync_s": 0.0005,
 //    "rollout": [c0, c_rows, c_tokens, c_adapters],      seconds per packed forward
-//    "trainer": [c0, c_rows, c_tokens, c_tenants],       seconds per training step
+//    "trainer": [c0, c_rows, c_tokens, c_tenants],       seconds per training step (padded tokens)
 //    "tasks": {"arithmetic": {"prompt_tokens": 12, "completion_tokens": 4, "tool_calls": 0,
 //              "verify_s": 0.0001, "tool_s": 0, "degenerate": 0.3, "trained_tokens": 16}, ...}}
 // Pure functions and plain data.
@@ -46,7 +46,9 @@ struct TaskCost {
   double verify_s = 0;           // verifier work to score one group
   double tool_s = 0;             // verifier work for one tool call
   double degenerate = 0;         // fraction of groups whose rewards were all equal (not trained)
-  double trained_tokens = 24;    // tokens of a trained row (prompt, completion, tool results)
+  // Tokens a trained row (prompt, completion, tool results) takes when padded to the longest row
+  // of its tenant's step. The simulated trainer buckets tenants by it as rl::MultiTenantStep does.
+  double trained_tokens = 24;
 };
 
 struct CostProfile {

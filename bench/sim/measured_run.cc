@@ -43,11 +43,12 @@ Status SumsFromJson(const json& j, const std::string& where, const std::string& 
   return Status::Ok();
 }
 
-#define MARLAAS_TASK_SUM_FIELDS(X)                                                               \
-  X(tenants)                                                                                     \
-  X(groups_started)                                                                              \
-  X(prompt_tokens) X(completions) X(completion_tokens) X(groups_scored) X(work_ns) X(tool_calls) \
-      X(tool_ns) X(groups_trained) X(groups_degenerate) X(rows_trained) X(tokens_trained)
+// clang-format off
+#define MARLAAS_TASK_SUM_FIELDS(X)                                                      \
+  X(tenants) X(groups_started) X(prompt_tokens) X(completions) X(completion_tokens)     \
+  X(groups_scored) X(work_ns) X(tool_calls) X(tool_ns) X(groups_trained)                \
+  X(groups_degenerate) X(rows_trained) X(tokens_trained) X(padded_tokens_trained)
+// clang-format on
 
 double Ratio(double num, double den, double fallback) { return den > 0 ? num / den : fallback; }
 
@@ -172,7 +173,7 @@ Result<CostProfile> CalibrateProfile(const std::vector<MeasuredRun>& runs, int c
     t.verify_s = Ratio(double(s.work_ns) * 1e-9, double(s.groups_scored), 0);
     t.tool_s = Ratio(double(s.tool_ns) * 1e-9, double(s.tool_calls), 0);
     t.degenerate = Ratio(double(s.groups_degenerate), double(s.groups_trained), 0);
-    t.trained_tokens = Ratio(double(s.tokens_trained), double(s.rows_trained),
+    t.trained_tokens = Ratio(double(s.padded_tokens_trained), double(s.rows_trained),
                              t.prompt_tokens + t.completion_tokens);
     p.tasks[task] = t;
   }

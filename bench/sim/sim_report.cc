@@ -87,13 +87,22 @@ Result<std::vector<ProjectionRow>> Project(const SimSetup& base, const CostProfi
 }
 
 std::string ValidationTable(const std::vector<ValidationRow>& rows) {
-  std::string out = Format("%-18s %7s %4s %10s %10s %7s %14s %14s\n", "mode", "tenants", "seed",
-                           "measured s", "simulated", "error", "util r/t meas", "util r/t sim");
+  // Passes (rollout forwards) and training steps, measured / simulated: where a wall time is
+  // off, they tell a schedule that batches differently from a cost that is off.
+  std::string out = Format("%-18s %7s %4s %10s %10s %7s %14s %14s %13s %11s\n", "mode", "tenants",
+                           "seed", "measured s", "simulated", "error", "util r/t meas",
+                           "util r/t sim", "passes m/s", "steps m/s");
   for (const ValidationRow& r : rows) {
-    out += Format("%-18s %7d %4llu %10.2f %10.2f %+6.1f%% %6.2f / %5.2f %6.2f / %5.2f\n",
-                  r.measured.mode.c_str(), r.measured.tenants, (unsigned long long)r.measured.seed,
-                  r.measured.wall_s, r.predicted.wall_s, 100 * r.error, r.measured.util_rollout,
-                  r.measured.util_trainer, r.predicted.util_rollout, r.predicted.util_trainer);
+    out += Format(
+        "%-18s %7d %4llu %10.2f %10.2f %+6.1f%% %6.2f / %5.2f %6.2f / %5.2f %6llu/%-6llu "
+        "%5llu/%-5llu\n",
+        r.measured.mode.c_str(), r.measured.tenants, (unsigned long long)r.measured.seed,
+        r.measured.wall_s, r.predicted.wall_s, 100 * r.error, r.measured.util_rollout,
+        r.measured.util_trainer, r.predicted.util_rollout, r.predicted.util_trainer,
+        (unsigned long long)r.measured.costs.rollout.n,
+        (unsigned long long)r.predicted.forward_passes,
+        (unsigned long long)r.measured.costs.trainer.n,
+        (unsigned long long)r.predicted.train_steps);
   }
   return out;
 }
@@ -132,7 +141,11 @@ std::string SimJson(const CostProfile& profile, const std::vector<ValidationRow>
                                  {"measured_util_rollout", r.measured.util_rollout},
                                  {"simulated_util_rollout", r.predicted.util_rollout},
                                  {"measured_util_trainer", r.measured.util_trainer},
-                                 {"simulated_util_trainer", r.predicted.util_trainer}});
+                                 {"simulated_util_trainer", r.predicted.util_trainer},
+                                 {"measured_passes", r.measured.costs.rollout.n},
+                                 {"simulated_passes", r.predicted.forward_passes},
+                                 {"measured_train_steps", r.measured.costs.trainer.n},
+                                 {"simulated_train_steps", r.predicted.train_steps}});
   }
   for (const ProjectionRow& r : projection) {
     doc["projection"].push_back({{"mode", r.mode},

@@ -109,6 +109,8 @@ class Simulator {
   void KickVerifier();
   void ReleaseVerifierResults();
   void KickTrainer(Trainer& tr);
+  // Rows and padded tokens of one training step of these tenants.
+  std::pair<double, double> PaddedBatch(std::vector<int> stepping) const;
   void Admit(int tenant);
   void OnTenantFinished(Tenant& t);
   double Latency();
@@ -365,6 +367,23 @@ void Simulator::ReleaseVerifierResults() {
   }
 }
 
+std::pair<double, double> Simulator::PaddedBatch(std::vector<int> stepping) const {
+  // As rl::MultiTenantStep: tenants by their row length, longest first, cut into buckets whose
+  // rows are padded to the bucket's first; a tenant joins while that at most doubles its rows.
+  auto length = [this](int id) { return tenants_[size_t(id)].task->trained_tokens; };
+  std::stable_sort(stepping.begin(), stepping.end(),
+                   [&](int a, int b) { return length(a) > length(b); });
+  double rows = 0, tokens = 0, bucket = 0;
+  for (int id : stepping) {
+    if (bucket == 0 || length(id) * 2 < bucket) bucket = length(id);
+    const double r =
+        double(s_.prompts_per_step) * s_.group_size * (1.0 - tenants_[size_t(id)].task->degenerate);
+    rows += r;
+    tokens += r * bucket;
+  }
+  return {rows, tokens};
+}
+
 void Simulator::KickTrainer(Trainer& tr) {
   if (tr.busy) return;
   const uint64_t P = uint64_t(s_.prompts_per_step);
@@ -377,16 +396,13 @@ void Simulator::KickTrainer(Trainer& tr) {
     }
   }
   std::vector<int> stepping;
-  double rows = 0, tokens = 0;
   for (int id : tr.tenants) {
     const Tenant& t = tenants_[size_t(id)];
     if (t.finished || !t.adapter || t.ready < P) continue;
     stepping.push_back(id);
-    const double r = double(P) * s_.group_size * (1.0 - t.task->degenerate);
-    rows += r;
-    tokens += r * t.task->trained_tokens;
   }
   if (stepping.empty()) return;
+  const auto [rows, tokens] = PaddedBatch(stepping);
   for (int id : stepping) tenants_[size_t(id)].ready -= P;
   tr.busy = true;
   ++result_.train_steps;

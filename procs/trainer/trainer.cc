@@ -1,5 +1,6 @@
 #include "procs/trainer/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <deque>
 #include <map>
@@ -454,18 +455,24 @@ void Trainer::TrainReady(bool under_pressure) {
   }
   const int64_t spent = MonotonicNanos() - t0;
   engine_.busy_ns += uint64_t(spent);
-  size_t rows = 0, tokens = 0;
+  size_t rows = 0, padded = 0;
   for (size_t k = 0; k < stepping.size(); ++k) {
     if (step_of[k] == SIZE_MAX) continue;
     const rl::TenantStep& st = steps[step_of[k]];
-    size_t tenant_tokens = 0;
-    for (const rl::Completion& c : st.completions) tenant_tokens += c.tokens.size();
+    size_t tenant_tokens = 0, longest = 0;
+    for (const rl::Completion& c : st.completions) {
+      tenant_tokens += c.tokens.size();
+      longest = std::max(longest, c.tokens.size());
+    }
     stepping[k]->metrics.samples += st.completions.size();  // trained (non-degenerate) rows
     stepping[k]->metrics.tokens += tenant_tokens;
+    stepping[k]->metrics.padded_tokens += st.completions.size() * longest;
     rows += st.completions.size();
-    tokens += tenant_tokens;
+    padded += size_t(results[step_of[k]].padded_tokens);
   }
-  engine_.cost.Add(double(rows), double(tokens), double(stepping.size()), double(spent) * 1e-9);
+  // Padded positions, not real tokens, are what a step computes: a tenant batched with longer
+  // ones costs more per real token than the same tenant alone.
+  engine_.cost.Add(double(rows), double(padded), double(stepping.size()), double(spent) * 1e-9);
 }
 
 void Trainer::FinishStep(TrainTenant* t, const std::vector<pb::TrajectoryGroup>& groups,

@@ -120,6 +120,32 @@ TEST(SimulatorTest, OneSequentialTenantTakesTheSumOfItsStagesAndPolls) {
   EXPECT_NEAR(r->util_trainer, 4 * 0.2 / expected, 1e-9);
 }
 
+// The simulated trainer pads as rl::MultiTenantStep does: tenants whose rows are within 2x of the
+// longest share its padded length, a tenant more than 2x shorter gets a batch of its own.
+TEST(SimulatorTest, ATrainingStepPadsTenantsOfSimilarLengthToTheLongest) {
+  CostProfile p = SimpleProfile();
+  p.trainer.c = {0, 0, 1e-4, 0};  // 0.1 ms per padded token
+  p.tasks["arithmetic"].trained_tokens = 10;
+  p.tasks["countdown"] = p.tasks["arithmetic"];
+  p.tasks["countdown"].trained_tokens = 15;
+  p.tasks["python_functions"] = p.tasks["arithmetic"];
+  p.tasks["python_functions"].trained_tokens = 100;
+  SimSetup s;
+  s.mode = "multi_tenant_sync";
+  s.steps = 1;  // one step for the three tenants together: 8 rows each
+  auto busy = [&](std::vector<std::string> tasks) {
+    s.tasks = std::move(tasks);
+    auto r = Simulate(s, p);
+    EXPECT_TRUE(r.ok() && r->complete);
+    EXPECT_EQ(r->train_steps, 1u);
+    return r->util_trainer * r->wall_s;
+  };
+  EXPECT_NEAR(busy({"arithmetic"}), 8 * 10 * 1e-4, 1e-9);
+  EXPECT_NEAR(busy({"arithmetic", "countdown"}), 16 * 15 * 1e-4, 1e-9);
+  EXPECT_NEAR(busy({"arithmetic", "countdown", "python_functions"}), (16 * 15 + 8 * 100) * 1e-4,
+              1e-9);
+}
+
 TEST(SimulatorTest, OverlapAndBatchingMakeAsyncFasterAndSharedCoresSlowItDown) {
   CostProfile p = SimpleProfile();
   p.rollout.c = {0.004, 2e-4, 1e-5, 1e-4};
@@ -225,6 +251,9 @@ TEST(SimMeasuredRunTest, RoundTripsThroughJsonAndCalibratesTheTasks) {
   calc.tool_ns = 64 * 3'000'000;
   calc.groups_trained = 16;
   calc.groups_degenerate = 4;
+  calc.rows_trained = 48;
+  calc.tokens_trained = 48 * 90;
+  calc.padded_tokens_trained = 48 * 100;  // the simulator pads as the trainer did
   auto back = MeasuredRunFromJson(MeasuredRunToJson(m), "run 0");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->tasks, m.tasks);
@@ -239,6 +268,7 @@ TEST(SimMeasuredRunTest, RoundTripsThroughJsonAndCalibratesTheTasks) {
   EXPECT_NEAR(t.verify_s, 0.002, 1e-12);
   EXPECT_NEAR(t.tool_s, 0.003, 1e-12);
   EXPECT_DOUBLE_EQ(t.degenerate, 0.25);
+  EXPECT_DOUBLE_EQ(t.trained_tokens, 100);
   EXPECT_NEAR(p->rollout.Seconds(5, 10, 1), 0.005, 1e-9);
   nlohmann::json broken = MeasuredRunToJson(m);
   broken.erase("steps");

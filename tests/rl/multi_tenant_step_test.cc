@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 namespace marlaas::rl {
@@ -83,10 +84,27 @@ TEST(MultiTenantStepTest, BatchedStepEqualsSeparatePerTenantSteps) {
     for (auto& t : batched) all_steps.push_back(StepOf(t));
     auto res = MultiTenantStep(model, all_steps);
     ASSERT_EQ(res.size(), 4u);
+    // Padding: the first three share a batch padded to their longest row (each is within 2x of
+    // it), the long fourth has one of its own; alone, each pads to its own longest.
+    std::vector<int64_t> longest;
+    for (auto& t : batched) {
+      int64_t l = 0;
+      for (const Completion& c : t.completions) l = std::max<int64_t>(l, int64_t(c.tokens.size()));
+      longest.push_back(l);
+    }
+    const int64_t shared = std::max({longest[0], longest[1], longest[2]});
+    for (size_t k = 0; k < 3; ++k) {
+      ASSERT_GE(longest[k] * 2, shared);
+      EXPECT_EQ(res[k].padded_tokens, int64_t(batched[k].completions.size()) * shared) << k;
+    }
+    EXPECT_EQ(res[3].padded_tokens, int64_t(batched[3].completions.size()) * longest[3]);
     for (auto& t : separate) {
       std::vector<TenantStep> one = {StepOf(t)};
       auto r1 = MultiTenantStep(model, one);
       ASSERT_EQ(r1.size(), 1u);
+      int64_t own = 0;
+      for (const Completion& c : t.completions) own = std::max<int64_t>(own, c.tokens.size());
+      EXPECT_EQ(r1[0].padded_tokens, int64_t(t.completions.size()) * own);
     }
     for (size_t k = 0; k < 4; ++k) {
       const double diff =
