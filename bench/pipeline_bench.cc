@@ -74,6 +74,7 @@ sim::MeasuredRun ToMeasuredRun(const PipelineRun& run) {
     m.group_size = int(j.group_size());
     m.prompts_per_step = int(j.prompts_per_step());
     m.max_staleness = int(j.max_staleness());
+    m.checkpoint_every = int(j.checkpoint_every());
   }
   m.verifier_workers = run.verifier_workers;
   m.env_latency_ms = run.env_latency_ms;
@@ -153,7 +154,11 @@ Result<PipelineRun> RunPipelineMode(const std::string& mode, int tenants, uint64
   run.env_latency_ms = o.env_latency_ms;
   for (const serve::StageView& s : service->Stages()) {
     if (s.role == pipeline::kRolloutRole) run.costs.rollout = s.engine.cost;
-    if (s.role == pipeline::kTrainerRole) run.costs.trainer = s.engine.cost;
+    if (s.role == pipeline::kTrainerRole) {
+      run.costs.trainer = s.engine.cost;
+      run.costs.checkpoints = s.engine.checkpoints;
+      run.costs.checkpoint_ns = s.engine.checkpoint_ns;
+    }
   }
   for (const serve::TenantView& v : service->Tenants()) {
     for (const pb::JobSpec& j : jobs) {

@@ -57,6 +57,10 @@ struct EngineMetrics {
   uint64_t restarts;        // how many times this stage was restarted
   uint64_t errors;
   CostSums cost;  // per pass (see CostSums); passes before a restart included
+  // Trainer: tenant checkpoints written and the time they took (not in `cost`: a step's cost is
+  // fitted without the checkpoints it happened to write).
+  uint64_t checkpoints;
+  uint64_t checkpoint_ns;
 };
 
 struct TenantMetrics {

@@ -75,11 +75,14 @@ json MeasuredRunToJson(const MeasuredRun& r) {
           {"group_size", r.group_size},
           {"prompts_per_step", r.prompts_per_step},
           {"max_staleness", r.max_staleness},
+          {"checkpoint_every", r.checkpoint_every},
           {"verifier_workers", r.verifier_workers},
           {"env_latency_ms", r.env_latency_ms},
           {"costs",
            {{"rollout", SumsToJson(r.costs.rollout)},
             {"trainer", SumsToJson(r.costs.trainer)},
+            {"checkpoints", r.costs.checkpoints},
+            {"checkpoint_ns", r.costs.checkpoint_ns},
             {"tasks", tasks}}}};
 }
 
@@ -99,6 +102,7 @@ Result<MeasuredRun> MeasuredRunFromJson(const json& j, const std::string& where)
     r.group_size = j.at("group_size").get<int>();
     r.prompts_per_step = j.at("prompts_per_step").get<int>();
     r.max_staleness = j.at("max_staleness").get<int>();
+    r.checkpoint_every = j.at("checkpoint_every").get<int>();
     r.verifier_workers = j.at("verifier_workers").get<int>();
     r.env_latency_ms = j.at("env_latency_ms").get<double>();
   } catch (const json::exception& e) {
@@ -109,9 +113,9 @@ Result<MeasuredRun> MeasuredRunFromJson(const json& j, const std::string& where)
   if (r.tenants < 1 || size_t(r.tenants) != r.tasks.size())
     return Bad(where, "tasks", "must name one task per tenant");
   if (r.steps < 1 || r.group_size < 1 || r.prompts_per_step < 1 || r.max_staleness < 0 ||
-      r.verifier_workers < 1 || r.env_latency_ms < 0 || r.wall_s <= 0)
+      r.checkpoint_every < 1 || r.verifier_workers < 1 || r.env_latency_ms < 0 || r.wall_s <= 0)
     return Bad(where, "set-up",
-               "steps, group_size, prompts_per_step, verifier_workers and "
+               "steps, group_size, prompts_per_step, checkpoint_every, verifier_workers and "
                "wall_s must be positive");
   if (!j.contains("costs") || !j["costs"].is_object())
     return Bad(where, "costs", "missing (written by marlaas bench pipeline)");
@@ -120,6 +124,13 @@ Result<MeasuredRun> MeasuredRunFromJson(const json& j, const std::string& where)
       SumsFromJson(c.value("rollout", json()), where, "costs.rollout", &r.costs.rollout));
   MARLAAS_RETURN_IF_ERROR(
       SumsFromJson(c.value("trainer", json()), where, "costs.trainer", &r.costs.trainer));
+  try {
+    r.costs.checkpoints = c.at("checkpoints").get<uint64_t>();
+    r.costs.checkpoint_ns = c.at("checkpoint_ns").get<uint64_t>();
+  } catch (const json::exception& e) {
+    return Bad(where, "costs.checkpoints",
+               std::string("missing or mistyped count (") + e.what() + ")");
+  }
   if (!c.contains("tasks") || !c["tasks"].is_object())
     return Bad(where, "costs.tasks", "must be an object");
   for (auto it = c["tasks"].begin(); it != c["tasks"].end(); ++it) {
@@ -137,13 +148,34 @@ Result<MeasuredRun> MeasuredRunFromJson(const json& j, const std::string& where)
   return r;
 }
 
+std::map<std::string, TaskCost> TaskCostsOf(const std::map<std::string, TaskCostSums>& tasks) {
+  std::map<std::string, TaskCost> out;
+  for (const auto& [task, s] : tasks) {
+    TaskCost t;
+    t.prompt_tokens = Ratio(double(s.prompt_tokens), double(s.groups_started), t.prompt_tokens);
+    t.completion_tokens =
+        Ratio(double(s.completion_tokens), double(s.completions), t.completion_tokens);
+    t.tool_calls = Ratio(double(s.tool_calls), double(s.completions), 0);
+    t.verify_s = Ratio(double(s.work_ns) * 1e-9, double(s.groups_scored), 0);
+    t.tool_s = Ratio(double(s.tool_ns) * 1e-9, double(s.tool_calls), 0);
+    t.degenerate = Ratio(double(s.groups_degenerate), double(s.groups_trained), 0);
+    t.trained_tokens = Ratio(double(s.padded_tokens_trained), double(s.rows_trained),
+                             t.prompt_tokens + t.completion_tokens);
+    out[task] = t;
+  }
+  return out;
+}
+
 Result<CostProfile> CalibrateProfile(const std::vector<MeasuredRun>& runs, int cores,
                                      const std::string& name) {
   CostSums rollout{}, trainer{};
+  uint64_t checkpoints = 0, checkpoint_ns = 0;
   std::map<std::string, TaskCostSums> tasks;
   for (const MeasuredRun& r : runs) {
     rollout.Merge(r.costs.rollout);
     trainer.Merge(r.costs.trainer);
+    checkpoints += r.costs.checkpoints;
+    checkpoint_ns += r.costs.checkpoint_ns;
     for (const auto& [task, t] : r.costs.tasks) {
       TaskCostSums& s = tasks[task];
 #define MARLAAS_ADD(f) s.f += t.f;
@@ -164,19 +196,8 @@ Result<CostProfile> CalibrateProfile(const std::vector<MeasuredRun>& runs, int c
     return Status(StatusCode::kInvalidArgument, "trainer: " + fit_trainer.status().message());
   p.rollout = *fit_rollout;
   p.trainer = *fit_trainer;
-  for (const auto& [task, s] : tasks) {
-    TaskCost t;
-    t.prompt_tokens = Ratio(double(s.prompt_tokens), double(s.groups_started), t.prompt_tokens);
-    t.completion_tokens =
-        Ratio(double(s.completion_tokens), double(s.completions), t.completion_tokens);
-    t.tool_calls = Ratio(double(s.tool_calls), double(s.completions), 0);
-    t.verify_s = Ratio(double(s.work_ns) * 1e-9, double(s.groups_scored), 0);
-    t.tool_s = Ratio(double(s.tool_ns) * 1e-9, double(s.tool_calls), 0);
-    t.degenerate = Ratio(double(s.groups_degenerate), double(s.groups_trained), 0);
-    t.trained_tokens = Ratio(double(s.padded_tokens_trained), double(s.rows_trained),
-                             t.prompt_tokens + t.completion_tokens);
-    p.tasks[task] = t;
-  }
+  p.checkpoint_s = Ratio(double(checkpoint_ns) * 1e-9, double(checkpoints), 0);
+  p.tasks = TaskCostsOf(tasks);
   return p;
 }
 

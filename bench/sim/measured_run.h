@@ -30,7 +30,8 @@ struct TaskCostSums {
 };
 
 struct RunCosts {
-  CostSums rollout{}, trainer{};
+  CostSums rollout{}, trainer{};                // trainer steps without their checkpoints
+  uint64_t checkpoints = 0, checkpoint_ns = 0;  // trainer: tenant checkpoints and their time
   std::map<std::string, TaskCostSums> tasks;
 };
 
@@ -42,7 +43,7 @@ struct MeasuredRun {
   double wall_s = 0, util_rollout = 0, util_trainer = 0;
   // The set-up (every tenant of a bench run has the same shape; tasks in job order).
   std::vector<std::string> tasks;
-  int steps = 0, group_size = 0, prompts_per_step = 0, max_staleness = 0;
+  int steps = 0, group_size = 0, prompts_per_step = 0, max_staleness = 0, checkpoint_every = 0;
   int verifier_workers = 0;
   double env_latency_ms = 0;
   RunCosts costs;
@@ -51,6 +52,10 @@ struct MeasuredRun {
 nlohmann::json MeasuredRunToJson(const MeasuredRun& r);
 // Errors name the run (its index in `where`) and the field.
 Result<MeasuredRun> MeasuredRunFromJson(const nlohmann::json& j, const std::string& where);
+
+// Each task's costs (tokens, tool calls, verifier time, degenerate share, padded row length) from
+// its sums.
+std::map<std::string, TaskCost> TaskCostsOf(const std::map<std::string, TaskCostSums>& tasks);
 
 // The cost profile of the machine the runs were measured on ("shared" placement with `cores`):
 // the rollout and trainer fits over the pooled cost sums of `runs`, each task's costs from its

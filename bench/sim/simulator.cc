@@ -407,7 +407,13 @@ void Simulator::KickTrainer(Trainer& tr) {
   tr.busy = true;
   ++result_.train_steps;
   const size_t self = size_t(&tr - trainers_.data());
-  Start(tr.device, kTrainerEngine, p_.trainer.Seconds(rows, tokens, double(stepping.size())),
+  double checkpoints = 0;  // as the trainer: every checkpoint_every steps, and after the last
+  for (int id : stepping) {
+    const uint64_t step = tenants_[size_t(id)].steps + 1;
+    if (step >= uint64_t(s_.steps) || step % uint64_t(s_.checkpoint_every) == 0) ++checkpoints;
+  }
+  Start(tr.device, kTrainerEngine,
+        p_.trainer.Seconds(rows, tokens, double(stepping.size())) + checkpoints * p_.checkpoint_s,
         [this, self, stepping, P] {
           Trainer& tr = trainers_[self];
           tr.busy = false;
@@ -547,10 +553,11 @@ Result<SimResult> Simulate(const SimSetup& setup, const CostProfile& profile) {
                     "simulate: the cost profile has no costs for task '" + t + "'");
   }
   if (setup.steps < 1 || setup.group_size < 1 || setup.prompts_per_step < 1 ||
-      setup.max_staleness < 0 || setup.verifier_workers < 1 || setup.gpus < 1 ||
-      profile.max_active_sequences < setup.group_size || profile.cores < 1)
+      setup.max_staleness < 0 || setup.checkpoint_every < 1 || setup.verifier_workers < 1 ||
+      setup.gpus < 1 || profile.max_active_sequences < setup.group_size || profile.cores < 1)
     return Status(StatusCode::kInvalidArgument,
-                  "simulate: steps, group_size, prompts_per_step, verifier_workers, gpus and "
+                  "simulate: steps, group_size, prompts_per_step, checkpoint_every, "
+                  "verifier_workers, gpus and "
                   "cores must be positive, and a group must fit max_active_sequences");
   Simulator sim(setup, profile);
   return sim.Run();

@@ -17,7 +17,9 @@
 //    record arrived, each tenant's results in order.
 //  - trainer: one step for every tenant with prompts_per_step groups ready (lockstep: once every
 //    group its round started has arrived), costing trainer(rows, tokens, tenants) with rows the
-//    non-degenerate completions; it learns of admitted tenants by polling every 10 ms.
+//    non-degenerate completions and tokens padded as rl::MultiTenantStep pads them, plus
+//    checkpoint_s for each tenant it checkpoints; it learns of admitted tenants by polling every
+//    10 ms.
 //  - machine: "shared" placement runs rollout, trainer and verifier workers on `cores`
 //    processors shared fairly (a stage slows down when more are busy than there are cores);
 //    "accelerator" placement gives each rollout replica and trainer a device (with `gpus` devices:
@@ -41,6 +43,7 @@ struct SimSetup {
   std::string mode = "async";      // sequential_sync | multi_tenant_sync | async
   std::vector<std::string> tasks;  // one per tenant: keys of CostProfile::tasks
   int steps = 8, group_size = 4, prompts_per_step = 2, max_staleness = 1;
+  int checkpoint_every = 10;  // a tenant's checkpoint every N steps and after its last
   int verifier_workers = 2;
   double env_latency_ms = 0;
   int gpus = 1;  // accelerator placement only

@@ -513,7 +513,8 @@ Status Rollout::Run() {
   auto prev = metrics_.LoadEngine();
   engine_.started_mono_ns = MonotonicNanos();
   if (prev.ok() && prev->started_mono_ns != 0) engine_.restarts = prev->restarts + 1;
-  metrics_.StoreEngine(engine_);  // ready: serve's WaitUntilReady sees the start time
+  if (prev.ok()) engine_.cost = prev->cost;  // the cost sums span restarts (shm/metrics.h)
+  metrics_.StoreEngine(engine_);             // ready: serve's WaitUntilReady sees the start time
   int64_t last_sync = 0;
   while (!pipeline::StopRequested()) {
     // Every 50 ms while generating; every 2 ms while idle, i.e. waiting for the trainer (a

@@ -240,8 +240,11 @@ Status Trainer::Publish(TrainTenant* t) {
 }
 
 void Trainer::Checkpoint(TrainTenant* t) {
+  const int64_t t0 = MonotonicNanos();
   t->ck.retired_groups.assign(t->retired.begin(), t->retired.end());
   Status st = SaveCheckpoint(t->dir, t->adapter, *t->optimizer, t->ck);
+  ++engine_.checkpoints;
+  engine_.checkpoint_ns += uint64_t(MonotonicNanos() - t0);
   if (!st.ok()) {
     StageLog(kRole, "tenant %s: checkpoint failed: %s", t->id.c_str(), st.ToString().c_str());
     std::snprintf(t->metrics.last_error, sizeof(t->metrics.last_error), "checkpoint: %s",
@@ -419,6 +422,7 @@ void Trainer::TrainReady(bool under_pressure) {
   }
   if (stepping.empty()) return;
   const int64_t t0 = MonotonicNanos();
+  const uint64_t checkpoint_ns_before = engine_.checkpoint_ns;
   // The learning-rate schedule of each tenant for this step.
   for (size_t k = 0; k < stepping.size(); ++k) {
     TrainTenant* t = stepping[k];
@@ -472,7 +476,9 @@ void Trainer::TrainReady(bool under_pressure) {
   }
   // Padded positions, not real tokens, are what a step computes: a tenant batched with longer
   // ones costs more per real token than the same tenant alone.
-  engine_.cost.Add(double(rows), double(padded), double(stepping.size()), double(spent) * 1e-9);
+  const int64_t checkpointing = int64_t(engine_.checkpoint_ns - checkpoint_ns_before);
+  engine_.cost.Add(double(rows), double(padded), double(stepping.size()),
+                   double(spent - checkpointing) * 1e-9);
 }
 
 void Trainer::FinishStep(TrainTenant* t, const std::vector<pb::TrajectoryGroup>& groups,
@@ -575,6 +581,11 @@ Status Trainer::Run() {
   engine_ = EngineMetrics{};
   engine_.started_mono_ns = MonotonicNanos();
   if (prev.ok() && prev->started_mono_ns != 0) engine_.restarts = prev->restarts + 1;
+  if (prev.ok()) {  // the cost sums span restarts (shm/metrics.h)
+    engine_.cost = prev->cost;
+    engine_.checkpoints = prev->checkpoints;
+    engine_.checkpoint_ns = prev->checkpoint_ns;
+  }
   metrics_.StoreEngine(engine_);  // ready: serve's WaitUntilReady sees the start time
   int64_t next_poll = 0;
   while (!pipeline::StopRequested()) {

@@ -316,7 +316,8 @@ Status Verifier::Run() {
   auto prev = metrics_.LoadEngine();
   engine_.started_mono_ns = MonotonicNanos();
   if (prev.ok() && prev->started_mono_ns != 0) engine_.restarts = prev->restarts + 1;
-  metrics_.StoreEngine(engine_);  // ready: serve's WaitUntilReady sees the start time
+  if (prev.ok()) engine_.cost = prev->cost;  // the cost sums span restarts (shm/metrics.h)
+  metrics_.StoreEngine(engine_);             // ready: serve's WaitUntilReady sees the start time
   std::deque<Slot> window;
   int64_t next_poll = 0;
   while (!pipeline::StopRequested()) {

@@ -118,6 +118,19 @@ TEST(SimulatorTest, OneSequentialTenantTakesTheSumOfItsStagesAndPolls) {
   EXPECT_EQ(r->train_steps, 4u);
   EXPECT_EQ(r->samples, 4u * 2u * 4u);
   EXPECT_NEAR(r->util_trainer, 4 * 0.2 / expected, 1e-9);
+  // Checkpoints every 2 steps (after steps 2 and 4, the last) add their time to those steps.
+  CostProfile with_checkpoints = p;
+  with_checkpoints.checkpoint_s = 0.05;
+  s.checkpoint_every = 2;
+  auto c = Simulate(s, with_checkpoints);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_NEAR(c->wall_s, expected + 2 * 0.05, 1e-9);
+  s.checkpoint_every = 3;  // after step 3 and after the last
+  c = Simulate(s, with_checkpoints);
+  ASSERT_TRUE(c.ok());
+  EXPECT_NEAR(c->wall_s, expected + 2 * 0.05, 1e-9);
+  s.checkpoint_every = 0;
+  EXPECT_FALSE(Simulate(s, with_checkpoints).ok());
 }
 
 // The simulated trainer pads as rl::MultiTenantStep does: tenants whose rows are within 2x of the
@@ -235,6 +248,9 @@ TEST(SimMeasuredRunTest, RoundTripsThroughJsonAndCalibratesTheTasks) {
   m.group_size = 4;
   m.prompts_per_step = 2;
   m.max_staleness = 1;
+  m.checkpoint_every = 8;
+  m.costs.checkpoints = 2;
+  m.costs.checkpoint_ns = 2 * 5'000'000;
   m.verifier_workers = 2;
   for (int i = 1; i <= 10; ++i) {
     m.costs.rollout.Add(i, 2 * i, 1, 0.001 * i);
@@ -270,6 +286,8 @@ TEST(SimMeasuredRunTest, RoundTripsThroughJsonAndCalibratesTheTasks) {
   EXPECT_DOUBLE_EQ(t.degenerate, 0.25);
   EXPECT_DOUBLE_EQ(t.trained_tokens, 100);
   EXPECT_NEAR(p->rollout.Seconds(5, 10, 1), 0.005, 1e-9);
+  EXPECT_NEAR(p->checkpoint_s, 0.005, 1e-12);
+  EXPECT_EQ(back->checkpoint_every, 8);
   nlohmann::json broken = MeasuredRunToJson(m);
   broken.erase("steps");
   auto bad = MeasuredRunFromJson(broken, "run 7");
