@@ -21,7 +21,8 @@ inline constexpr int kStalenessBuckets = 8;  // staleness 0..6, and >= 7
 // from which the simulator (bench/sim) is calibrated. The regressors are stage-defined: rollout,
 // one packed forward: rows (sequences), tokens, distinct adapters; trainer, one training step:
 // completions, padded tokens (the positions of the padded batches it ran, rl/multi_tenant_step.h),
-// tenants stepped. Plain data (it lives in shared memory).
+// tenants stepped. The seconds are the pass's CPU time (base/cpu_time.h), not its wall time: the
+// simulator models the sharing of cores itself. Plain data (it lives in shared memory).
 struct CostSums {
   static constexpr int kTerms = 4;  // the constant and three regressors
   uint64_t n;

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "base/cpu_time.h"
 #include "model/base_weights.h"
 #include "model/compute_threads.h"
 #include "model/lora_adapter.h"
@@ -110,6 +111,7 @@ class Trainer {
   std::deque<Pending> pending_;
   std::unordered_map<uint64_t, Pending*> pending_by_group_;  // buffered groups' records
   EngineMetrics engine_{};
+  int64_t checkpoint_cpu_ns_ = 0;  // CPU time of the checkpoints written (kept out of step costs)
 };
 
 TrainTenant* Trainer::Lookup(const std::string& id, uint64_t generation) {
@@ -240,11 +242,12 @@ Status Trainer::Publish(TrainTenant* t) {
 }
 
 void Trainer::Checkpoint(TrainTenant* t) {
-  const int64_t t0 = MonotonicNanos();
+  const int64_t t0 = MonotonicNanos(), cpu0 = ProcessCpuNanos();
   t->ck.retired_groups.assign(t->retired.begin(), t->retired.end());
   Status st = SaveCheckpoint(t->dir, t->adapter, *t->optimizer, t->ck);
   ++engine_.checkpoints;
   engine_.checkpoint_ns += uint64_t(MonotonicNanos() - t0);
+  checkpoint_cpu_ns_ += ProcessCpuNanos() - cpu0;
   if (!st.ok()) {
     StageLog(kRole, "tenant %s: checkpoint failed: %s", t->id.c_str(), st.ToString().c_str());
     std::snprintf(t->metrics.last_error, sizeof(t->metrics.last_error), "checkpoint: %s",
@@ -421,8 +424,8 @@ void Trainer::TrainReady(bool under_pressure) {
     if (!step.completions.empty()) steps.push_back(std::move(step));
   }
   if (stepping.empty()) return;
-  const int64_t t0 = MonotonicNanos();
-  const uint64_t checkpoint_ns_before = engine_.checkpoint_ns;
+  const int64_t t0 = MonotonicNanos(), cpu0 = ProcessCpuNanos();
+  const int64_t checkpoint_cpu_before = checkpoint_cpu_ns_;
   // The learning-rate schedule of each tenant for this step.
   for (size_t k = 0; k < stepping.size(); ++k) {
     TrainTenant* t = stepping[k];
@@ -476,9 +479,12 @@ void Trainer::TrainReady(bool under_pressure) {
   }
   // Padded positions, not real tokens, are what a step computes: a tenant batched with longer
   // ones costs more per real token than the same tenant alone.
-  const int64_t checkpointing = int64_t(engine_.checkpoint_ns - checkpoint_ns_before);
+  // The fit takes the step's CPU time (the simulator shares the cores itself) without the
+  // checkpoints it wrote, which are timed on their own.
+  const int64_t cpu = ProcessCpuNanos() - cpu0;
+  const int64_t checkpointing = checkpoint_cpu_ns_ - checkpoint_cpu_before;
   engine_.cost.Add(double(rows), double(padded), double(stepping.size()),
-                   double(spent - checkpointing) * 1e-9);
+                   double(std::max<int64_t>(0, cpu - checkpointing)) * 1e-9);
 }
 
 void Trainer::FinishStep(TrainTenant* t, const std::vector<pb::TrajectoryGroup>& groups,
