@@ -477,10 +477,9 @@ void Trainer::TrainReady(bool under_pressure) {
     rows += st.completions.size();
     padded += size_t(results[step_of[k]].padded_tokens);
   }
-  // Padded positions, not real tokens, are what a step computes: a tenant batched with longer
-  // ones costs more per real token than the same tenant alone.
-  // The fit takes the step's CPU time (the simulator shares the cores itself) without the
-  // checkpoints it wrote, which are timed on their own.
+  // The cost fit gets padded positions, not real tokens (what a step computes: a tenant batched
+  // with longer ones costs more per real token than alone), and the step's CPU time (the
+  // simulator shares the cores itself) without its checkpoints, which are timed on their own.
   const int64_t cpu = ProcessCpuNanos() - cpu0;
   const int64_t checkpointing = checkpoint_cpu_ns_ - checkpoint_cpu_before;
   engine_.cost.Add(double(rows), double(padded), double(stepping.size()),
