@@ -14,7 +14,7 @@
 
 namespace marlaas {
 
-inline constexpr uint32_t kMetricsLayoutVersion = 4;
+inline constexpr uint32_t kMetricsLayoutVersion = 5;
 inline constexpr int kStalenessBuckets = 8;  // staleness 0..6, and >= 7
 
 // Sums for a least-squares fit of a stage's cost per pass, seconds = c0 + c1*x1 + c2*x2 + c3*x3,
@@ -22,22 +22,28 @@ inline constexpr int kStalenessBuckets = 8;  // staleness 0..6, and >= 7
 // one packed forward: rows (sequences), tokens, distinct adapters; trainer, one training step:
 // completions, padded tokens (the positions of the padded batches it ran, rl/multi_tenant_step.h),
 // tenants stepped. The seconds are the pass's CPU time (base/cpu_time.h), not its wall time: the
-// simulator models the sharing of cores itself. Plain data (it lives in shared memory).
+// simulator models the sharing of cores itself. Each pass is weighted by 1/seconds^2, so the fit
+// minimises relative errors: a 2 ms step of a one-tenant run counts as much as a 200 ms batched
+// one (unweighted, the large passes decide the line and small ones come out 2x off, while the
+// simulator is judged on runs of every size). Plain data (it lives in shared memory).
 struct CostSums {
-  static constexpr int kTerms = 4;  // the constant and three regressors
-  uint64_t n;
-  double xtx[kTerms][kTerms];  // sum of x x^T, x = (1, x1, x2, x3)
-  double xty[kTerms];          // sum of x * seconds
-  double yy;                   // sum of seconds^2
+  static constexpr int kTerms = 4;             // the constant and three regressors
+  static constexpr double kMinSeconds = 1e-5;  // weights are capped at 1/kMinSeconds^2
+  uint64_t n;                                  // passes added
+  double xtx[kTerms][kTerms];  // sum of w x x^T, x = (1, x1, x2, x3), w = 1/seconds^2
+  double xty[kTerms];          // sum of w x seconds
+  double yy;                   // sum of w seconds^2
 
   void Add(double x1, double x2, double x3, double seconds) {
     const double x[kTerms] = {1.0, x1, x2, x3};
+    const double clamped = seconds > kMinSeconds ? seconds : kMinSeconds;
+    const double w = 1.0 / (clamped * clamped);
     ++n;
     for (int i = 0; i < kTerms; ++i) {
-      for (int j = 0; j < kTerms; ++j) xtx[i][j] += x[i] * x[j];
-      xty[i] += x[i] * seconds;
+      for (int j = 0; j < kTerms; ++j) xtx[i][j] += w * x[i] * x[j];
+      xty[i] += w * x[i] * seconds;
     }
-    yy += seconds * seconds;
+    yy += w * seconds * seconds;
   }
   void Merge(const CostSums& o) {
     n += o.n;

@@ -94,7 +94,7 @@ Result<LinearCost> FitLinearCost(const CostSums& sums) {
     return Status(StatusCode::kInvalidArgument,
                   "cost fit: " + std::to_string(sums.n) + " passes measured, at least 2 needed");
   }
-  const double n = double(sums.n);
+  const double wsum = sums.xtx[0][0];  // the sum of the weights
   LinearCost best;
   double best_rss = std::numeric_limits<double>::infinity();
   for (int mask = 1; mask < 16; ++mask) {
@@ -103,7 +103,7 @@ Result<LinearCost> FitLinearCost(const CostSums& sums) {
     for (int j = 0; j <= 3; ++j) {
       if (!(mask & (1 << j))) continue;
       if (j > 0) {  // a regressor that never varied is the constant's job
-        const double mean = sums.xtx[0][j] / n, var = sums.xtx[j][j] / n - mean * mean;
+        const double mean = sums.xtx[0][j] / wsum, var = sums.xtx[j][j] / wsum - mean * mean;
         varies = varies && var > 1e-9 * (1 + mean * mean);
       }
       idx.push_back(j);

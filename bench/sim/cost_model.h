@@ -29,12 +29,12 @@ struct LinearCost {
   }
 };
 
-// Least squares over every non-empty subset of the four terms (the constant and the three
-// regressors), keeping the subsets whose coefficients are all >= 0, and of those the one with the
-// smallest residual: a regressor that did not vary, or that only adds noise, gets 0 instead of a
-// wild value. The constant is a term like the others: when costs grow a little faster than
-// linearly, the fit with the constant wants it below 0, and the fit without it is kept instead of
-// the constant alone.
+// Weighted least squares (each pass weighted as CostSums::Add says) over every non-empty subset
+// of the four terms (the constant and the three regressors), keeping the subsets whose
+// coefficients are all >= 0, and of those the one with the smallest residual: a regressor that did
+// not vary, or that only adds noise, gets 0 instead of a wild value. The constant is a term like
+// the others: when costs grow a little faster than linearly, the fit with the constant wants it
+// below 0, and the fit without it is kept instead of the constant alone.
 // kInvalidArgument when the sums hold fewer than two passes.
 Result<LinearCost> FitLinearCost(const CostSums& sums);
 

@@ -5,11 +5,16 @@ namespace {
 
 using nlohmann::json;
 
+// How CostSums::Add weighs a pass. Sums recorded another way (older builds summed unweighted)
+// would fit a different line, so they are refused rather than mixed.
+constexpr const char* kSumWeights = "1/seconds^2";
+
 json SumsToJson(const CostSums& s) {
   json xtx = json::array();
   for (const auto& row : s.xtx)
     xtx.push_back(json(std::vector<double>(row, row + CostSums::kTerms)));
-  return {{"n", s.n},
+  return {{"weights", kSumWeights},
+          {"n", s.n},
           {"xtx", xtx},
           {"xty", std::vector<double>(s.xty, s.xty + CostSums::kTerms)},
           {"yy", s.yy}};
@@ -25,6 +30,10 @@ Status SumsFromJson(const json& j, const std::string& where, const std::string& 
   if (!j.is_object() || !j.contains("n") || !j.contains("xtx") || !j.contains("xty") ||
       !j.contains("yy"))
     return Bad(where, field, "must be an object with n, xtx, xty and yy");
+  if (!j.contains("weights") || !j["weights"].is_string() || j["weights"] != kSumWeights)
+    return Bad(where, field + ".weights",
+               std::string("must be \"") + kSumWeights +
+                   "\" (sums from an older build are weighted differently: rerun bench pipeline)");
   const json &xtx = j["xtx"], &xty = j["xty"];
   if (!j["n"].is_number_unsigned() || !j["yy"].is_number() || !xtx.is_array() ||
       xtx.size() != CostSums::kTerms || !xty.is_array() || xty.size() != CostSums::kTerms)

@@ -64,6 +64,23 @@ TEST(SimCostFitTest, ACostThatGrowsFasterThanLinearlyIsFitWithoutTheConstant) {
   }
 }
 
+TEST(SimCostFitTest, SmallPassesAreFitAsCloselyAsLargeOnes) {
+  // A per-step overhead plus a cost that grows faster than linearly, over passes from 20 to
+  // 4000 tokens, the large ones many times more frequent (as in a 32-tenant run). Fit
+  // unweighted, the large passes set the line and a small step comes out at about half its cost;
+  // each pass weighted by 1/seconds^2 keeps every size within 30%.
+  CostSums sums{};
+  auto truth = [](double tokens) { return 4e-3 + 1e-5 * tokens + 2e-9 * tokens * tokens; };
+  for (int i = 0; i < 400; ++i) {
+    const double tokens = i % 10 == 0 ? 20.0 + i : 2000.0 + 5 * i;
+    sums.Add(tokens / 20, tokens, 1, truth(tokens));
+  }
+  auto fit = FitLinearCost(sums);
+  ASSERT_TRUE(fit.ok());
+  for (double tokens : {20.0, 400.0, 2000.0, 4000.0})
+    EXPECT_NEAR(fit->Seconds(tokens / 20, tokens, 1), truth(tokens), 0.3 * truth(tokens)) << tokens;
+}
+
 CostProfile SimpleProfile() {
   CostProfile p;
   p.name = "test";
@@ -288,6 +305,12 @@ TEST(SimMeasuredRunTest, RoundTripsThroughJsonAndCalibratesTheTasks) {
   EXPECT_NEAR(p->rollout.Seconds(5, 10, 1), 0.005, 1e-9);
   EXPECT_NEAR(p->checkpoint_s, 0.005, 1e-12);
   EXPECT_EQ(back->checkpoint_every, 8);
+  nlohmann::json unweighted = MeasuredRunToJson(m);
+  unweighted["costs"]["trainer"].erase("weights");  // as an older build wrote them
+  auto refused = MeasuredRunFromJson(unweighted, "run 3");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("costs.trainer.weights"), std::string::npos)
+      << refused.status().ToString();
   nlohmann::json broken = MeasuredRunToJson(m);
   broken.erase("steps");
   auto bad = MeasuredRunFromJson(broken, "run 7");
