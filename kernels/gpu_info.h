@@ -23,5 +23,9 @@ struct GpuInfo {
 };
 
 GpuInfo QueryGpus();
+// QueryGpus run in a short-lived child process, so that this process never initialises CUDA: a
+// process that forks CUDA workers afterwards must not have (a CUDA context does not survive a
+// fork). Devices carry index, name and memory; why_none says why there are none.
+GpuInfo QueryGpusInChild();
 
 }  // namespace marlaas

@@ -14,4 +14,10 @@ Status HostAdapterMemory::CopyOut(int slot, int buffer, void* dst, size_t bytes)
   return Status::Ok();
 }
 
+Status NoAdapterMemory::Refuse() const {
+  return Status(StatusCode::kFailedPrecondition,
+                "the adapter store keeps its buffers in device memory (CUDA IPC); this process "
+                "attached without the CUDA backend");
+}
+
 }  // namespace marlaas

@@ -24,13 +24,18 @@ Result<AdapterStore> AdapterStore::Create(const std::string& instance, const Opt
   const uint64_t slots_offset = AlignUp(sizeof(AdapterStoreHeader), 64);
   const uint64_t buffers_offset =
       AlignUp(slots_offset + sizeof(AdapterSlot) * uint64_t(options.num_slots), 4096);
-  const uint64_t total = buffers_offset + 2 * buffer_bytes * uint64_t(options.num_slots);
+  const bool host = options.backend == AdapterBackend::kHost;
+  if (!host && options.backend != AdapterBackend::kCudaIpc) {
+    return Status(StatusCode::kInvalidArgument, "unknown adapter store backend");
+  }
+  const uint64_t per_slot = host ? 2 * buffer_bytes : sizeof(IpcSlotRecord);
+  const uint64_t total = buffers_offset + per_slot * uint64_t(options.num_slots);
   MARLAAS_ASSIGN_OR_RETURN(Segment seg,
                            Segment::Create(StoreName(instance), SegmentKind::kAdapterStore,
                                            kAdapterStoreLayoutVersion, total, [&](void* p, size_t) {
                                              auto* h = new (p) AdapterStoreHeader();
                                              h->num_slots = uint32_t(options.num_slots);
-                                             h->backend = uint32_t(AdapterBackend::kHost);
+                                             h->backend = uint32_t(options.backend);
                                              h->buffer_bytes = buffer_bytes;
                                              h->slots_offset = slots_offset;
                                              h->buffers_offset = buffers_offset;
@@ -39,31 +44,53 @@ Result<AdapterStore> AdapterStore::Create(const std::string& instance, const Opt
                                              for (int i = 0; i < options.num_slots; ++i) {
                                                new (&slots[i]) AdapterSlot();
                                              }
+                                             if (!host) {
+                                               auto* records = reinterpret_cast<IpcSlotRecord*>(
+                                                   static_cast<char*>(p) + buffers_offset);
+                                               for (int i = 0; i < options.num_slots; ++i)
+                                                 new (&records[i]) IpcSlotRecord();
+                                             }
                                              return Status::Ok();
                                            }));
   auto* h = static_cast<AdapterStoreHeader*>(seg.payload());
-  auto memory = std::make_unique<HostAdapterMemory>(
-      static_cast<unsigned char*>(seg.payload()) + h->buffers_offset, h->buffer_bytes);
+  std::unique_ptr<AdapterMemory> memory;
+  if (host) {
+    memory = std::make_unique<HostAdapterMemory>(
+        static_cast<unsigned char*>(seg.payload()) + h->buffers_offset, h->buffer_bytes);
+  } else {
+    memory = std::make_unique<NoAdapterMemory>(options.backend);
+  }
   return AdapterStore(std::move(seg), std::move(memory));
 }
 
-Result<AdapterStore> AdapterStore::Attach(const std::string& instance) {
+Result<AdapterStore> AdapterStore::Attach(const std::string& instance,
+                                          const DeviceMemoryFactory& device) {
   MARLAAS_ASSIGN_OR_RETURN(
       Segment seg,
       Segment::Attach(StoreName(instance), SegmentKind::kAdapterStore, kAdapterStoreLayoutVersion));
   auto* h = static_cast<AdapterStoreHeader*>(seg.payload());
-  if (h->backend != uint32_t(AdapterBackend::kHost)) {
-    return Status(StatusCode::kFailedPrecondition,
-                  "adapter store of instance '" + instance +
-                      "' keeps its buffers in device memory; this process has no CUDA backend");
+  const bool host = h->backend == uint32_t(AdapterBackend::kHost);
+  if (!host && h->backend != uint32_t(AdapterBackend::kCudaIpc)) {
+    return Status(StatusCode::kCorrupt, "adapter store of instance '" + instance +
+                                            "' names an unknown backend " +
+                                            std::to_string(h->backend));
   }
-  const uint64_t need = h->buffers_offset + 2 * h->buffer_bytes * uint64_t(h->num_slots);
+  const uint64_t per_slot = host ? 2 * h->buffer_bytes : sizeof(IpcSlotRecord);
+  const uint64_t need = h->buffers_offset + per_slot * uint64_t(h->num_slots);
   if (need > seg.payload_bytes()) {
     return Status(StatusCode::kCorrupt,
                   "adapter store header describes more memory than its segment");
   }
-  auto memory = std::make_unique<HostAdapterMemory>(
-      static_cast<unsigned char*>(seg.payload()) + h->buffers_offset, h->buffer_bytes);
+  unsigned char* region = static_cast<unsigned char*>(seg.payload()) + h->buffers_offset;
+  std::unique_ptr<AdapterMemory> memory;
+  if (host) {
+    memory = std::make_unique<HostAdapterMemory>(region, h->buffer_bytes);
+  } else if (device) {
+    MARLAAS_ASSIGN_OR_RETURN(memory, device(reinterpret_cast<IpcSlotRecord*>(region),
+                                            int(h->num_slots), h->buffer_bytes));
+  } else {
+    memory = std::make_unique<NoAdapterMemory>(AdapterBackend::kCudaIpc);
+  }
   return AdapterStore(std::move(seg), std::move(memory));
 }
 
@@ -136,6 +163,17 @@ Result<AdapterWriteSpan> AdapterStore::BeginWrite(int slot) {
                   "adapter slot " + std::to_string(slot) + " is free");
   }
   AdapterSlot* s = &slots_[slot];
+  if (!memory_->HasBuffers(slot)) {
+    // Device buffers about to be allocated by this writer (a restarted trainer's) hold nothing
+    // yet: both go "being written" and nothing counts as published until Publish. A reader
+    // copying from a dead writer's buffers sees the seq change and retries.
+    for (AdapterBufferState& state : s->buffers) {
+      const uint64_t seq = state.seq.load(std::memory_order_relaxed);
+      if ((seq & 1) == 0) state.seq.store(seq + 1, std::memory_order_relaxed);
+    }
+    s->published.store(0, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
   const uint64_t published = s->published.load(std::memory_order_acquire);
   const int buffer = published == 0 ? 0 : int(1 - (published & 1));
   AdapterBufferState& b = s->buffers[buffer];
@@ -145,7 +183,13 @@ Result<AdapterWriteSpan> AdapterStore::BeginWrite(int slot) {
     // SYNC POINT WRITE: the odd seq is ordered before every write to the buffer.
     std::atomic_thread_fence(std::memory_order_release);
   }
-  return AdapterWriteSpan{memory_->WritableBuffer(slot, buffer), info.layout.NumBytes(), buffer};
+  MARLAAS_ASSIGN_OR_RETURN(void* data, memory_->WritableBuffer(slot, buffer));
+  return AdapterWriteSpan{data, info.layout.NumBytes(), buffer};
+}
+
+Status AdapterStore::FreeBuffers(int slot) {
+  MARLAAS_RETURN_IF_ERROR(SlotAt(slot).status());
+  return memory_->FreeBuffers(slot);
 }
 
 Status AdapterStore::Publish(int slot, uint64_t version) {

@@ -7,15 +7,22 @@
 // published buffer and re-checks that buffer's sequence: if the writer started rewriting it
 // during the copy, the copy is discarded and retried. So readers never see a torn adapter and
 // never block the writer.
+//
+// Backends: kHost keeps both buffers in this segment. kCudaIpc keeps them in the writer's device
+// memory and puts their IPC handles in the segment (shm/adapter_ipc_layout.h); a process moves
+// their bytes only through the CUDA backend (shm/cuda_adapter_memory.h) handed to Attach, and
+// ReadLatest's `dst` may then be device memory. Slots and versions work the same either way.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "base/deadline.h"
 #include "base/status.h"
+#include "shm/adapter_ipc_layout.h"
 #include "shm/adapter_layout.h"
 #include "shm/adapter_memory.h"
 #include "shm/segment.h"
@@ -23,7 +30,7 @@
 
 namespace marlaas {
 
-inline constexpr uint32_t kAdapterStoreLayoutVersion = 1;
+inline constexpr uint32_t kAdapterStoreLayoutVersion = 2;
 
 struct AdapterSlotInfo {
   uint64_t generation = 0;  // 0: never used; bumped on each Register
@@ -53,8 +60,13 @@ struct AdapterStoreHeader {
   uint32_t backend;       // AdapterBackend
   uint64_t buffer_bytes;  // capacity of each buffer
   uint64_t slots_offset;
-  uint64_t buffers_offset;  // host backend only
+  uint64_t buffers_offset;  // host: the buffers; CUDA IPC: one IpcSlotRecord per slot
 };
+
+// Makes the device backend of a store whose buffers live in device memory, from the slot records
+// in its segment (shm/cuda_adapter_memory.h provides one).
+using DeviceMemoryFactory = std::function<Result<std::unique_ptr<AdapterMemory>>(
+    IpcSlotRecord* records, int num_slots, uint64_t buffer_bytes)>;
 
 // A buffer handed to the writer by BeginWrite.
 struct AdapterWriteSpan {
@@ -68,15 +80,20 @@ class AdapterStore {
   struct Options {
     int num_slots = 64;
     uint64_t buffer_bytes = 8 << 20;  // largest adapter it can hold
+    AdapterBackend backend = AdapterBackend::kHost;
   };
-  // Creates the store with host buffers.
+  // Creates the store. With kCudaIpc the creator moves no bytes itself (it registers slots).
   static Result<AdapterStore> Create(const std::string& instance, const Options& options);
-  static Result<AdapterStore> Attach(const std::string& instance);
+  // Attaches. A kCudaIpc store needs `device` to move bytes; without it, slot management works
+  // and byte-moving calls fail with kFailedPrecondition naming the backend.
+  static Result<AdapterStore> Attach(const std::string& instance,
+                                     const DeviceMemoryFactory& device = nullptr);
 
   AdapterStore(AdapterStore&&) noexcept = default;
   ~AdapterStore();
 
   int num_slots() const { return int(header_->num_slots); }
+  AdapterBackend backend() const { return AdapterBackend(header_->backend); }
   uint64_t buffer_bytes() const { return header_->buffer_bytes; }
 
   // Admitting process only.
@@ -97,6 +114,13 @@ class AdapterStore {
   // kFailedPrecondition if the slot was registered again (to a new tenant) during the copy.
   Result<uint64_t> ReadLatest(int slot, void* dst, size_t dst_bytes, Deadline deadline,
                               AdapterSlotInfo* owner = nullptr);
+
+  // The slot's writer, when its tenant leaves it: frees the slot's device buffers (CUDA IPC),
+  // after the readers that hold them let go or die. Host backend: nothing to do.
+  Status FreeBuffers(int slot);
+  // Readers, now and then (the rollout on each tenant sync): close device mappings of buffers
+  // that were freed or whose writer died, so their memory goes back to the device.
+  void Sweep() { memory_->Sweep(); }
 
  private:
   AdapterStore(Segment seg, std::unique_ptr<AdapterMemory> memory);

@@ -1,0 +1,322 @@
+#include "shm/cuda_adapter_memory.h"
+
+#include <cuda_runtime_api.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/process.h"
+
+namespace marlaas {
+namespace {
+
+static_assert(sizeof(cudaIpcMemHandle_t) == kIpcHandleBytes, "CUDA IPC handle size changed");
+static_assert(sizeof(cudaIpcEventHandle_t) == kIpcHandleBytes, "CUDA IPC handle size changed");
+
+Status CudaError(const std::string& what, cudaError_t err) {
+  cudaGetLastError();  // clear a non-sticky error so later calls are not blamed for it
+  return Status(StatusCode::kInternal, what + ": " + cudaGetErrorString(err));
+}
+
+#define MARLAAS_CUDA_RETURN(what, call)                    \
+  do {                                                     \
+    const cudaError_t _err = (call);                       \
+    if (_err != cudaSuccess) return CudaError(what, _err); \
+  } while (0)
+
+std::string UuidString(const unsigned char* uuid) {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf),
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", uuid[0],
+                uuid[1], uuid[2], uuid[3], uuid[4], uuid[5], uuid[6], uuid[7], uuid[8], uuid[9],
+                uuid[10], uuid[11], uuid[12], uuid[13], uuid[14], uuid[15]);
+  return buf;
+}
+
+Status CurrentDeviceUuid(unsigned char out[16]) {
+  int device = 0;
+  MARLAAS_CUDA_RETURN("cudaGetDevice", cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  MARLAAS_CUDA_RETURN("cudaGetDeviceProperties", cudaGetDeviceProperties(&prop, device));
+  std::memcpy(out, prop.uuid.bytes, 16);
+  return Status::Ok();
+}
+
+class CudaIpcAdapterMemory : public AdapterMemory {
+ public:
+  CudaIpcAdapterMemory(IpcSlotRecord* records, int num_slots, uint64_t buffer_bytes,
+                       const CudaIpcOptions& options)
+      : records_(records),
+        buffer_bytes_(buffer_bytes),
+        options_(options),
+        self_(SelfIdentity().Pack()),
+        owned_(size_t(num_slots)),
+        mapped_(size_t(num_slots)) {}
+
+  ~CudaIpcAdapterMemory() override {
+    for (size_t slot = 0; slot < mapped_.size(); ++slot) CloseMapping(int(slot));
+    for (size_t slot = 0; slot < owned_.size(); ++slot) (void)FreeBuffers(int(slot));
+    if (read_stream_ != nullptr) cudaStreamDestroy(read_stream_);
+  }
+
+  AdapterBackend backend() const override { return AdapterBackend::kCudaIpc; }
+
+  bool HasBuffers(int slot) const override { return owned_[size_t(slot)].ptr[0] != nullptr; }
+
+  Result<void*> WritableBuffer(int slot, int buffer) override {
+    Owned& o = owned_[size_t(slot)];
+    if (o.ptr[0] == nullptr) MARLAAS_RETURN_IF_ERROR(Allocate(slot));
+    return o.ptr[buffer];
+  }
+
+  Status FinishWrite(int slot, int buffer) override {
+    Owned& o = owned_[size_t(slot)];
+    if (o.ptr[0] == nullptr) {
+      return Status(StatusCode::kFailedPrecondition,
+                    "adapter slot " + std::to_string(slot) + ": no buffers written here");
+    }
+    MARLAAS_CUDA_RETURN("cudaEventRecord", cudaEventRecord(o.event[buffer], options_.write_stream));
+    return Status::Ok();
+  }
+
+  Status CopyOut(int slot, int buffer, void* dst, size_t bytes) override {
+    if (bytes > buffer_bytes_) {
+      return Status(StatusCode::kInvalidArgument,
+                    "copy of " + std::to_string(bytes) + " bytes exceeds the adapter buffer size");
+    }
+    MARLAAS_RETURN_IF_ERROR(OpenMapping(slot));
+    Mapped& m = mapped_[size_t(slot)];
+    if (read_stream_ == nullptr) {
+      MARLAAS_CUDA_RETURN("cudaStreamCreateWithFlags",
+                          cudaStreamCreateWithFlags(&read_stream_, cudaStreamNonBlocking));
+    }
+    // Ordered after the writer's last writes to this buffer: the event it recorded before
+    // publishing. A later rewrite is caught by the store's seqlock re-check after this returns.
+    MARLAAS_CUDA_RETURN("cudaStreamWaitEvent",
+                        cudaStreamWaitEvent(read_stream_, m.event[buffer], 0));
+    MARLAAS_CUDA_RETURN("cudaMemcpyAsync", cudaMemcpyAsync(dst, m.ptr[buffer], bytes,
+                                                           cudaMemcpyDefault, read_stream_));
+    MARLAAS_CUDA_RETURN("cudaStreamSynchronize", cudaStreamSynchronize(read_stream_));
+    return Status::Ok();
+  }
+
+  Status FreeBuffers(int slot) override {
+    Owned& o = owned_[size_t(slot)];
+    if (o.ptr[0] == nullptr) return Status::Ok();
+    IpcSlotRecord& r = records_[slot];
+    r.state.store(o.epoch << 1, std::memory_order_seq_cst);  // not available any more
+    // Wait for live readers of this allocation to close it (they do on their next Sweep or copy).
+    const Deadline deadline = Deadline::AfterMs(options_.free_wait_ms);
+    std::string holders;
+    for (;;) {
+      holders.clear();
+      for (IpcReaderEntry& e : r.readers) {
+        const uint64_t id = e.identity.load(std::memory_order_seq_cst);
+        if (id == 0 || e.epoch.load(std::memory_order_seq_cst) != o.epoch) continue;
+        if (!IsAlive(ProcessIdentity::Unpack(id))) continue;  // its mappings died with it
+        holders += " " + std::to_string(ProcessIdentity::Unpack(id).pid);
+      }
+      if (holders.empty() || deadline.Expired()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (!holders.empty()) {
+      std::fprintf(stderr,
+                   "adapter slot %d: readers%s still hold its buffers after %lld ms; freeing\n",
+                   slot, holders.c_str(), static_cast<long long>(options_.free_wait_ms));
+    }
+    Status st;
+    for (int b = 0; b < 2; ++b) {
+      const cudaError_t ev = o.event[b] != nullptr ? cudaEventDestroy(o.event[b]) : cudaSuccess;
+      if (ev != cudaSuccess && st.ok()) st = CudaError("cudaEventDestroy", ev);
+      const cudaError_t mem = o.ptr[b] != nullptr ? cudaFree(o.ptr[b]) : cudaSuccess;
+      if (mem != cudaSuccess && st.ok()) st = CudaError("cudaFree", mem);
+    }
+    o = Owned{};
+    return st;
+  }
+
+  void Sweep() override {
+    for (size_t slot = 0; slot < mapped_.size(); ++slot) {
+      Mapped& m = mapped_[slot];
+      if (m.ptr[0] == nullptr) continue;
+      const IpcSlotRecord& r = records_[slot];
+      const bool current = r.state.load(std::memory_order_acquire) == ((m.epoch << 1) | 1);
+      const bool owner_alive = IsAlive(ProcessIdentity::Unpack(r.owner.load()));
+      if (!current || !owner_alive) CloseMapping(int(slot));
+    }
+  }
+
+ private:
+  struct Owned {  // writer side
+    uint64_t epoch = 0;
+    void* ptr[2] = {nullptr, nullptr};
+    cudaEvent_t event[2] = {nullptr, nullptr};
+  };
+  struct Mapped {  // reader side
+    uint64_t epoch = 0;
+    int reader_entry = -1;
+    void* ptr[2] = {nullptr, nullptr};
+    cudaEvent_t event[2] = {nullptr, nullptr};
+  };
+
+  Status Allocate(int slot) {
+    IpcSlotRecord& r = records_[slot];
+    Owned o;
+    // A new epoch: readers still mapping an older allocation (of a writer that died) see it
+    // change and close theirs.
+    o.epoch = (r.state.load(std::memory_order_acquire) >> 1) + 1;
+    r.state.store(o.epoch << 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);  // even state before the fields change
+    auto fail = [&](const Status& st) {
+      for (int b = 0; b < 2; ++b) {
+        if (o.event[b] != nullptr) cudaEventDestroy(o.event[b]);
+        if (o.ptr[b] != nullptr) cudaFree(o.ptr[b]);
+      }
+      return st;
+    };
+    cudaIpcMemHandle_t mem[2];
+    cudaIpcEventHandle_t event[2];
+    for (int b = 0; b < 2; ++b) {
+      cudaError_t err = cudaMalloc(&o.ptr[b], buffer_bytes_);
+      if (err != cudaSuccess) {
+        o.ptr[b] = nullptr;
+        return fail(CudaError(
+            "cudaMalloc of an adapter buffer (" + std::to_string(buffer_bytes_) + " bytes)", err));
+      }
+      err = cudaEventCreateWithFlags(&o.event[b], cudaEventDisableTiming | cudaEventInterprocess);
+      if (err != cudaSuccess) {
+        o.event[b] = nullptr;
+        return fail(CudaError("cudaEventCreateWithFlags(interprocess)", err));
+      }
+      err = cudaIpcGetMemHandle(&mem[b], o.ptr[b]);
+      if (err != cudaSuccess) return fail(CudaError("cudaIpcGetMemHandle", err));
+      err = cudaIpcGetEventHandle(&event[b], o.event[b]);
+      if (err != cudaSuccess) return fail(CudaError("cudaIpcGetEventHandle", err));
+    }
+    unsigned char uuid[16];
+    Status st = CurrentDeviceUuid(uuid);
+    if (!st.ok()) return fail(st);
+    std::memcpy(r.device_uuid, uuid, 16);
+    r.bytes = buffer_bytes_;
+    for (int b = 0; b < 2; ++b) {
+      std::memcpy(r.mem[b], &mem[b], kIpcHandleBytes);
+      std::memcpy(r.event[b], &event[b], kIpcHandleBytes);
+    }
+    r.owner.store(self_, std::memory_order_relaxed);
+    r.state.store((o.epoch << 1) | 1, std::memory_order_release);
+    owned_[size_t(slot)] = o;
+    return Status::Ok();
+  }
+
+  // Opens (once per allocation) the handles of `slot` in this process.
+  Status OpenMapping(int slot) {
+    IpcSlotRecord& r = records_[slot];
+    Mapped& m = mapped_[size_t(slot)];
+    const uint64_t state = r.state.load(std::memory_order_acquire);
+    if (m.ptr[0] != nullptr && state == ((m.epoch << 1) | 1)) return Status::Ok();
+    CloseMapping(slot);  // a stale allocation, if any
+    if ((state & 1) == 0) {
+      return Status(StatusCode::kUnavailable, "adapter slot " + std::to_string(slot) +
+                                                  ": its device buffers are not available");
+    }
+    // Read the fields under the seqlock.
+    unsigned char uuid[16];
+    cudaIpcMemHandle_t mem[2];
+    cudaIpcEventHandle_t event[2];
+    std::memcpy(uuid, r.device_uuid, 16);
+    for (int b = 0; b < 2; ++b) {
+      std::memcpy(&mem[b], r.mem[b], kIpcHandleBytes);
+      std::memcpy(&event[b], r.event[b], kIpcHandleBytes);
+    }
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (r.state.load(std::memory_order_relaxed) != state) {
+      return Status(StatusCode::kUnavailable,
+                    "adapter slot " + std::to_string(slot) + ": its device buffers are changing");
+    }
+    unsigned char mine[16];
+    MARLAAS_RETURN_IF_ERROR(CurrentDeviceUuid(mine));
+    if (std::memcmp(mine, uuid, 16) != 0) {
+      return Status(StatusCode::kFailedPrecondition,
+                    "adapter slot " + std::to_string(slot) + ": buffers live on " +
+                        UuidString(uuid) + ", this process uses " + UuidString(mine) +
+                        " (adapters reach other GPUs by NCCL broadcast)");
+    }
+    // Register before the re-check (seq_cst both sides; see adapter_ipc_layout.h).
+    const uint64_t epoch = state >> 1;
+    int entry = -1;
+    for (int i = 0; i < kMaxIpcReaders && entry < 0; ++i) {
+      IpcReaderEntry& e = r.readers[i];
+      uint64_t id = e.identity.load(std::memory_order_seq_cst);
+      if (id != 0 && id != self_ && IsAlive(ProcessIdentity::Unpack(id))) continue;
+      if (id == self_ || e.identity.compare_exchange_strong(id, self_, std::memory_order_seq_cst))
+        entry = i;
+    }
+    if (entry < 0) {
+      return Status(StatusCode::kResourceExhausted,
+                    "adapter slot " + std::to_string(slot) + ": more than " +
+                        std::to_string(kMaxIpcReaders) + " live reader processes");
+    }
+    r.readers[entry].epoch.store(epoch, std::memory_order_seq_cst);
+    m.reader_entry = entry;
+    m.epoch = epoch;
+    if (r.state.load(std::memory_order_seq_cst) != state) {
+      CloseMapping(slot);
+      return Status(StatusCode::kUnavailable,
+                    "adapter slot " + std::to_string(slot) + ": its device buffers were freed");
+    }
+    for (int b = 0; b < 2; ++b) {
+      cudaError_t err = cudaIpcOpenMemHandle(&m.ptr[b], mem[b], cudaIpcMemLazyEnablePeerAccess);
+      if (err != cudaSuccess) {
+        m.ptr[b] = nullptr;
+        const Status st = CudaError("cudaIpcOpenMemHandle", err);
+        CloseMapping(slot);
+        return st;
+      }
+      err = cudaIpcOpenEventHandle(&m.event[b], event[b]);
+      if (err != cudaSuccess) {
+        m.event[b] = nullptr;
+        const Status st = CudaError("cudaIpcOpenEventHandle", err);
+        CloseMapping(slot);
+        return st;
+      }
+    }
+    return Status::Ok();
+  }
+
+  void CloseMapping(int slot) {
+    Mapped& m = mapped_[size_t(slot)];
+    for (int b = 0; b < 2; ++b) {
+      if (m.event[b] != nullptr) cudaEventDestroy(m.event[b]);
+      if (m.ptr[b] != nullptr) cudaIpcCloseMemHandle(m.ptr[b]);
+    }
+    if (m.reader_entry >= 0) {
+      // Closed before the entry is cleared: the writer frees only after it sees the entry go.
+      records_[slot].readers[m.reader_entry].identity.store(0, std::memory_order_seq_cst);
+    }
+    m = Mapped{};
+  }
+
+  IpcSlotRecord* records_;
+  uint64_t buffer_bytes_;
+  CudaIpcOptions options_;
+  uint64_t self_;
+  std::vector<Owned> owned_;
+  std::vector<Mapped> mapped_;
+  cudaStream_t read_stream_ = nullptr;
+};
+
+}  // namespace
+
+DeviceMemoryFactory CudaIpcMemory(const CudaIpcOptions& options) {
+  return [options](IpcSlotRecord* records, int num_slots,
+                   uint64_t buffer_bytes) -> Result<std::unique_ptr<AdapterMemory>> {
+    return std::unique_ptr<AdapterMemory>(
+        new CudaIpcAdapterMemory(records, num_slots, buffer_bytes, options));
+  };
+}
+
+}  // namespace marlaas

@@ -1,0 +1,33 @@
+// The adapter store's CUDA backend: each slot's two buffers live in the writer's device memory and
+// cross to reader processes on the same GPU as CUDA IPC handles (protocol: adapter_ipc_layout.h).
+//  - Writer (the trainer): allocates a slot's buffers and their interprocess events on first
+//    write, records the buffer's event on `stream` after its writes (FinishWrite), and frees the
+//    buffers when its tenant leaves (FreeBuffers, after live readers let go) or when this object
+//    is destroyed.
+//  - Reader (a rollout on the same GPU): opens a slot's handles once per allocation, and copies
+//    on swap on its own stream, ordered after the writer's last writes by the event; Sweep closes
+//    the mappings of freed buffers and of dead writers.
+// Built only with the CUDA toolkit (library marlaas_shm_cuda). One instance per process, used
+// from one thread at a time. A process on another GPU gets kFailedPrecondition naming both GPUs:
+// adapters reach other GPUs by NCCL broadcast.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "base/deadline.h"
+#include "shm/adapter_store.h"
+
+namespace marlaas {
+
+struct CudaIpcOptions {
+  // The stream the writer's writes to a buffer were issued on (FinishWrite records after them).
+  cudaStream_t write_stream = nullptr;
+  // How long FreeBuffers waits for live readers to close the buffers before it frees anyway.
+  int64_t free_wait_ms = 2000;
+};
+
+// The factory AdapterStore::Attach takes. The process's current CUDA device at the time of the
+// first write (writer) or copy (reader) is the one it uses.
+DeviceMemoryFactory CudaIpcMemory(const CudaIpcOptions& options = {});
+
+}  // namespace marlaas

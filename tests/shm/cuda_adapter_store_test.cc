@@ -1,0 +1,277 @@
+// The adapter store's CUDA IPC backend between real processes: a writer (trainer role) and a
+// reader (rollout role) forked from a test process that never initialises CUDA itself. Checks
+// that readers see only whole, finished adapters (writes still running on the GPU at Publish are
+// ordered by the IPC event), that a kill -9'd reader does not hold up the writer's free, and that
+// a kill -9'd writer's device memory comes back once the reader sweeps. Without a GPU the device
+// tests skip; the host-side behaviour of a CUDA IPC store is checked everywhere.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "kernels/gpu_info.h"
+#include "shm/cuda_adapter_memory.h"
+#include "tests/test_util.h"
+
+namespace marlaas {
+namespace {
+
+using testing::ForkChild;
+using testing::KillChild;
+using testing::ScopedInstance;
+using testing::WaitChild;
+
+// 32 MiB of f32 per buffer: the writer's fills are still running when it publishes, and a leaked
+// pair of buffers (64 MiB) stands well clear of the device's own bookkeeping.
+AdapterLayout Layout() {
+  AdapterLayout l;
+  l.rank = 16;
+  l.alpha = 32;
+  l.num_layers = 64;
+  l.target_mask = 1u << uint32_t(LoraTarget::kQ);
+  l.in_dim[0] = 4096;
+  l.out_dim[0] = 4096;
+  return l;
+}
+
+// Shared between the forked processes (an anonymous MAP_SHARED page).
+struct Shared {
+  std::atomic<int> writer_ready, reader_ready, reader_done, stop, baseline_ready;
+  std::atomic<uint64_t> reads, bad_reads;
+  std::atomic<size_t> baseline;  // device free bytes before the writer allocated
+};
+
+Shared* MapShared() {
+  void* p =
+      mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  return new (p) Shared();
+}
+
+bool WaitFor(const std::atomic<int>& flag, int seconds = 60) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (flag.load() == 0) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+size_t DeviceFreeBytes() {
+  size_t free = 0, total = 0;
+  cudaMemGetInfo(&free, &total);
+  return free;
+}
+
+// Device free bytes once they stop changing (a dead process's memory returns asynchronously).
+size_t SettledFreeBytes() {
+  size_t last = DeviceFreeBytes();
+  for (int same = 0, i = 0; same < 5 && i < 200; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const size_t now = DeviceFreeBytes();
+    same = now == last ? same + 1 : 0;
+    last = now;
+  }
+  return last;
+}
+
+constexpr size_t kSlack = 8u << 20;  // the device's own allocations that come and go
+
+// Writes version v into the buffer the way a trainer's optimizer would, without waiting: eight
+// passes of junk, then the value, all queued on the default stream; Publish follows at once.
+bool WriteVersion(AdapterStore& store, uint64_t v) {
+  auto span = store.BeginWrite(0);
+  if (!span.ok()) return false;
+  for (int pass = 0; pass < 8; ++pass) cudaMemsetAsync(span->data, 0xEE, span->bytes, 0);
+  cudaMemsetAsync(span->data, int(v & 0x7f), span->bytes, 0);
+  return store.Publish(0, v).ok();
+}
+
+class CudaAdapterStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const GpuInfo gpus = QueryGpusInChild();  // this process must not touch CUDA before forking
+    if (gpus.devices.empty()) GTEST_SKIP() << "needs a CUDA GPU: " << gpus.why_none;
+    AdapterStore::Options o;
+    o.num_slots = 2;
+    o.buffer_bytes = Layout().NumBytes();
+    o.backend = AdapterBackend::kCudaIpc;
+    auto store = AdapterStore::Create(inst_.name(), o);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    ASSERT_TRUE(store->Register(0, "tenant-a", Layout()).ok());
+    store_.emplace(std::move(*store));
+    shared_ = MapShared();
+  }
+  void TearDown() override {
+    if (shared_ != nullptr) munmap(shared_, sizeof(Shared));
+  }
+
+  ScopedInstance inst_;
+  std::optional<AdapterStore> store_;
+  Shared* shared_ = nullptr;
+};
+
+TEST_F(CudaAdapterStoreTest, ReaderCopiesOnlyWholeFinishedAdaptersAcrossProcesses) {
+  const std::string name = inst_.name();
+  Shared* sh = shared_;
+  const uint64_t bytes = Layout().NumBytes();
+  const pid_t writer = ForkChild([&] {
+    auto store = AdapterStore::Attach(name, CudaIpcMemory());
+    if (!store.ok()) return 10;
+    for (uint64_t v = 1; v <= 200 && sh->stop.load() == 0; ++v) {
+      if (!WriteVersion(*store, v)) return 11;
+      sh->writer_ready.store(1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    WaitFor(sh->reader_done);  // readers' mappings need this process alive
+    return 0;
+  });
+  const pid_t reader = ForkChild([&] {
+    auto store = AdapterStore::Attach(name, CudaIpcMemory());
+    if (!store.ok()) return 20;
+    void* dst = nullptr;
+    if (cudaMalloc(&dst, bytes) != cudaSuccess) return 21;
+    std::vector<unsigned char> host(bytes);
+    uint64_t last = 0;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (last < 200 && std::chrono::steady_clock::now() < until) {
+      auto published = store->PublishedVersion(0);
+      if (!published.ok() || *published == last) continue;
+      auto got = store->ReadLatest(0, dst, bytes, Deadline::AfterMs(1000));
+      if (!got.ok()) continue;     // e.g. the writer overtook the copy for a whole second
+      if (*got < last) return 22;  // versions never go back
+      last = *got;
+      cudaMemcpy(host.data(), dst, bytes, cudaMemcpyDeviceToHost);
+      sh->reads.fetch_add(1);
+      for (unsigned char c : host) {
+        if (c != (last & 0x7f)) {
+          sh->bad_reads.fetch_add(1);
+          break;
+        }
+      }
+    }
+    sh->reader_done.store(1);
+    return last == 200 ? 0 : 23;
+  });
+  const auto r = WaitChild(reader);
+  sh->stop.store(1);
+  sh->reader_done.store(1);
+  const auto w = WaitChild(writer);
+  EXPECT_TRUE(r.exited && r.code == 0) << "reader exit " << r.code << " signal " << r.signal;
+  EXPECT_TRUE(w.exited && w.code == 0) << "writer exit " << w.code << " signal " << w.signal;
+  EXPECT_GT(sh->reads.load(), 10u);
+  EXPECT_EQ(sh->bad_reads.load(), 0u) << "a reader saw a torn or unfinished adapter";
+}
+
+TEST_F(CudaAdapterStoreTest, AKilledReaderDoesNotHoldUpTheWritersFree) {
+  const std::string name = inst_.name();
+  Shared* sh = shared_;
+  const uint64_t bytes = Layout().NumBytes();
+  // The reader sets up its CUDA context first, so the writer's baseline includes it; its death
+  // only frees more.
+  const pid_t reader = ForkChild([&] {
+    auto store = AdapterStore::Attach(name, CudaIpcMemory());
+    if (!store.ok()) return 20;
+    void* dst = nullptr;
+    if (cudaMalloc(&dst, bytes) != cudaSuccess) return 21;
+    sh->reader_ready.store(1);
+    if (!WaitFor(sh->writer_ready)) return 22;
+    if (!store->ReadLatest(0, dst, bytes, Deadline::AfterMs(5000)).ok()) return 23;
+    sh->reader_done.store(1);  // holds the mapping open until killed
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  });
+  const pid_t writer = ForkChild([&] {
+    CudaIpcOptions options;
+    options.free_wait_ms = 20000;
+    auto store = AdapterStore::Attach(name, CudaIpcMemory(options));
+    if (!store.ok()) return 10;
+    if (!WaitFor(sh->reader_ready)) return 11;
+    DeviceFreeBytes();  // this process's context first
+    const size_t baseline = SettledFreeBytes();
+    if (!WriteVersion(*store, 1)) return 12;
+    cudaDeviceSynchronize();
+    sh->writer_ready.store(1);
+    if (!WaitFor(sh->stop)) return 13;  // the parent killed the reader
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!store->FreeBuffers(0).ok()) return 14;
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(5)) return 15;  // waited
+    return SettledFreeBytes() + kSlack >= baseline ? 0 : 16;                         // nothing kept
+  });
+  ASSERT_TRUE(WaitFor(sh->reader_done)) << "the reader never mapped the adapter";
+  KillChild(reader);
+  sh->stop.store(1);
+  const auto w = WaitChild(writer);
+  EXPECT_TRUE(w.exited && w.code == 0) << "writer exit " << w.code << " signal " << w.signal;
+}
+
+TEST_F(CudaAdapterStoreTest, AKilledWritersMemoryComesBackWhenTheReaderSweeps) {
+  const std::string name = inst_.name();
+  Shared* sh = shared_;
+  const uint64_t bytes = Layout().NumBytes();
+  const pid_t writer = ForkChild([&] {
+    auto store = AdapterStore::Attach(name, CudaIpcMemory());
+    if (!store.ok()) return 10;
+    if (!WaitFor(sh->baseline_ready)) return 11;  // the reader measured without this process
+    if (!WriteVersion(*store, 1)) return 12;
+    cudaDeviceSynchronize();
+    sh->writer_ready.store(1);
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  });
+  const pid_t reader = ForkChild([&] {
+    auto store = AdapterStore::Attach(name, CudaIpcMemory());
+    if (!store.ok()) return 20;
+    void* dst = nullptr;
+    if (cudaMalloc(&dst, bytes) != cudaSuccess) return 21;
+    const size_t baseline = SettledFreeBytes();
+    sh->baseline_ready.store(1);
+    if (!WaitFor(sh->writer_ready)) return 22;
+    if (!store->ReadLatest(0, dst, bytes, Deadline::AfterMs(5000)).ok()) return 23;
+    sh->reader_ready.store(1);
+    if (!WaitFor(sh->stop)) return 24;  // the parent killed the writer
+    // The dead writer's buffers may stay allocated while this process maps them: Sweep lets go,
+    // and the device's free memory comes back to what it was before the writer existed.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < until) {
+      store->Sweep();
+      if (SettledFreeBytes() + kSlack >= baseline) return 0;
+    }
+    return 25;
+  });
+  ASSERT_TRUE(WaitFor(sh->reader_ready)) << "the reader never mapped the adapter";
+  KillChild(writer);
+  sh->stop.store(1);
+  const auto r = WaitChild(reader);
+  EXPECT_TRUE(r.exited && r.code == 0) << "reader exit " << r.code << " signal " << r.signal;
+}
+
+// Runs everywhere: a CUDA IPC store is created and managed by a process without CUDA (serve),
+// and byte-moving calls there fail by name instead of touching host memory.
+TEST(CudaIpcStoreHostSideTest, SlotsWorkWithoutCudaAndBytesAreRefusedByName) {
+  ScopedInstance inst;
+  AdapterStore::Options o;
+  o.num_slots = 3;
+  o.buffer_bytes = 1 << 20;
+  o.backend = AdapterBackend::kCudaIpc;
+  auto store = AdapterStore::Create(inst.name(), o);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_EQ(store->backend(), AdapterBackend::kCudaIpc);
+  auto attached = AdapterStore::Attach(inst.name());
+  ASSERT_TRUE(attached.ok()) << attached.status().ToString();
+  AdapterLayout small = Layout();
+  small.num_layers = 1;
+  small.in_dim[0] = small.out_dim[0] = 256;
+  ASSERT_TRUE(attached->Register(2, "tenant-c", small).ok());
+  auto span = attached->BeginWrite(2);
+  ASSERT_FALSE(span.ok());
+  EXPECT_EQ(span.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(span.status().message().find("without the CUDA backend"), std::string::npos)
+      << span.status().ToString();
+  EXPECT_TRUE(attached->FreeBuffers(2).ok());
+  EXPECT_FALSE(attached->FreeBuffers(7).ok());  // no such slot
+}
+
+}  // namespace
+}  // namespace marlaas
