@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Every GPU check in one run, for a GPU host that is lent for minutes (README, "GPU checks"):
+# builds the GPU-check configuration (base, shm, kernels and their CUDA tests and benchmarks; no
+# LibTorch, protobuf or seccomp needed), runs the CUDA tests (kernels against the CPU references
+# on random inputs, the adapter store's IPC handoff between processes with kill -9 of either
+# side, the NCCL broadcast between processes when there are two or more GPUs) and the GPU
+# benchmarks, then prints one table last. Well within 8 minutes on a 16-core H200 host.
+#
+#   bench/gpu_check.sh            (from anywhere; logs and JSON go to $OUT, default build-gpu/out)
+#
+# The host needs CUDA (nvcc), CMake, ninja and a C++ compiler. What it may lack comes from
+# .gpudeps/ (bench/gpu_deps.sh fetches the Debian packages there; the device call carries it):
+# Boost's headers and GoogleTest's sources, unpacked into a folder of their own, never into /.
+# NCCL is taken from the CUDA toolkit or from the nvidia-nccl wheel of the host's PyTorch.
+# Exit status: 0 when everything that ran passed and every benchmark target was met.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+OUT="${OUT:-$PWD/build-gpu/out}"
+mkdir -p "$OUT"
+t0=$(date +%s)
+rows=()
+failures=0
+row() { rows+=("$1|$2|$3"); [[ "$2" == FAILED* || "$2" == MISSED* ]] && failures=$((failures + 1)); return 0; }
+elapsed() { echo "$(( $(date +%s) - t0 )) s"; }
+
+echo "== GPUs"
+nvidia-smi -L 2>&1 | tee "$OUT/gpus.txt"
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+"$nvcc_bin" --version 2>&1 | tail -1
+
+echo "== dependencies"
+deps=/tmp/marlaas-gpudeps
+args=(-G Ninja -DMARLAAS_GPU_CHECK_ONLY=ON -DCMAKE_BUILD_TYPE=Release
+      -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DCMAKE_CUDA_ARCHITECTURES="${MARLAAS_CUDA_ARCHS:-90}")
+if compgen -G ".gpudeps/*.deb" > /dev/null; then
+  mkdir -p "$deps"
+  for f in .gpudeps/*.deb; do dpkg -x "$f" "$deps"; done
+  [[ -d "$deps/usr/include/boost/interprocess" ]] && args+=(-DMARLAAS_BOOST_INCLUDE="$deps/usr/include")
+  [[ -d "$deps/usr/src/googletest" ]] && args+=(-DMARLAAS_GTEST_SOURCE="$deps/usr/src/googletest")
+fi
+nccl_root=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+[[ -n "$nccl_root" && -d "$nccl_root/include" ]] && args+=(-DNCCL_ROOT="$nccl_root")
+echo "cmake ${args[*]}"
+
+echo "== build ($(elapsed))"
+if timeout 120 cmake -S . -B build-gpu "${args[@]}" > "$OUT/configure.log" 2>&1 &&
+   timeout 300 cmake --build build-gpu -j "$(nproc)" > "$OUT/build.log" 2>&1; then
+  row build "ok" "$(grep -c 'Building' "$OUT/build.log") objects, $(elapsed)"
+else
+  tail -30 "$OUT/configure.log" "$OUT/build.log" 2>/dev/null
+  row build "FAILED" "see configure.log / build.log"
+fi
+bin=build-gpu/bin
+
+# A GoogleTest binary: passed / failed / skipped counts from its own summary.
+gtest() {
+  local name=$1 limit=$2
+  shift 2
+  if [[ ! -x "$bin/$name" ]]; then row "$name" "FAILED" "not built"; return; fi
+  echo "== $name $* ($(elapsed))"
+  timeout "$limit" "$bin/$name" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$? ok fail skip
+  count() { grep -oE "^\[  $1 *\] [0-9]+ test" "$OUT/$name.log" | grep -oE '[0-9]+' | head -1; }
+  ok=$(count PASSED); fail=$(count FAILED); skip=$(count SKIPPED)
+  ok=${ok:-0}; fail=${fail:-0}; skip=${skip:-0}
+  grep -E '^\[  FAILED  \]|Failure|Skipped' "$OUT/$name.log" | head -20
+  if [[ $rc -eq 0 ]]; then row "$name" "ok" "$ok passed, $skip skipped"
+  else row "$name" "FAILED (rc $rc)" "$ok passed, $fail failed, $skip skipped"; fi
+}
+
+gtest kernels_test 180 --gtest_filter='*Cuda*:GpuInfo*'
+gtest shm_cuda_test 180
+if [[ "$ngpu" -ge 2 ]]; then
+  gtest nccl_test 180
+else
+  row nccl_test "skipped" "$ngpu GPU: NCCL refuses two ranks on one GPU"
+fi
+
+# A benchmark: its own table and targets go to the log; the row carries its target lines.
+bench() {
+  local name=$1 limit=$2
+  if [[ ! -x "$bin/$name" ]]; then row "$name" "FAILED" "not built"; return; fi
+  echo "== $name ($(elapsed))"
+  timeout "$limit" "$bin/$name" --json "$OUT/$name.json" 2>&1 | tee "$OUT/$name.log"
+  local rc=${PIPESTATUS[0]} figure
+  figure=$(grep -E ' (met|MISSED)$' "$OUT/$name.log" | sed -E 's/ +/ /g' | paste -sd ';' -)
+  if [[ $rc -eq 0 ]]; then row "$name" "ok" "${figure:-no target line}"
+  else row "$name" "MISSED/FAILED (rc $rc)" "${figure:-no target line}"; fi
+}
+bench bench_lora_cuda 180
+bench bench_adapter_ipc 180
+
+echo
+echo "== GPU check summary ($(elapsed), $ngpu GPU(s): $(head -1 "$OUT/gpus.txt" 2>/dev/null))"
+printf '%-18s %-22s %s\n' check result figure
+for r in "${rows[@]}"; do
+  IFS='|' read -r a b c <<< "$r"
+  printf '%-18s %-22s %s\n' "$a" "$b" "$c"
+done
+[[ $failures -eq 0 ]]
