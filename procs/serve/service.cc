@@ -13,6 +13,7 @@
 #include "base/deadline.h"
 #include "base/file_util.h"
 #include "procs/serve/admission.h"
+#include "procs/serve/stage_gpus.h"
 #include "procs/serve/tenant_status.h"
 #include "proto/job_spec.h"
 #include "sandbox/run_cgroup.h"
@@ -113,6 +114,7 @@ Status Service::Spawn(Stage* stage) {
   std::vector<std::string> argv = {exe};
   for (const std::string& a : pipeline::StageArgv(options_.stage)) argv.push_back(a);
   const std::string log = options_.stage.state_dir + "/logs/" + stage->role + ".log";
+  MARLAAS_ASSIGN_OR_RETURN(const std::optional<std::string> gpus, StageVisibleDevices(stage->role));
   const pid_t parent = getpid();
   const int64_t spawned = MonotonicNanos();
   const pid_t pid = fork();
@@ -125,6 +127,7 @@ Status Service::Spawn(Stage* stage) {
       dup2(fd, 1);
       dup2(fd, 2);
     }
+    if (gpus.has_value()) setenv("CUDA_VISIBLE_DEVICES", gpus->c_str(), 1);
     std::vector<char*> cargv;
     for (std::string& a : argv) cargv.push_back(a.data());
     cargv.push_back(nullptr);

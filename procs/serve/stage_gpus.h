@@ -1,0 +1,21 @@
+// Which GPUs a stage process sees. launch/marlaas-node assigns GPUs per role and passes them to
+// serve as MARLAAS_TRAINER_GPUS, MARLAAS_ROLLOUT_GPUS and MARLAAS_VERIFIER_GPUS (comma-separated
+// device indices or UUIDs, as CUDA_VISIBLE_DEVICES takes them; empty: no GPU). serve sets the
+// stage's CUDA_VISIBLE_DEVICES from its role's variable when it spawns it; a role without one
+// inherits serve's own. Pure functions of the environment; thread-safe.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "base/status.h"
+
+namespace marlaas::serve {
+
+// "MARLAAS_TRAINER_GPUS" for role "trainer".
+std::string StageGpusVariable(const std::string& role);
+// The CUDA_VISIBLE_DEVICES value for a `role` stage, or nullopt to inherit. kInvalidArgument,
+// naming the variable, for a value that is not a comma-separated list of indices or GPU UUIDs.
+Result<std::optional<std::string>> StageVisibleDevices(const std::string& role);
+
+}  // namespace marlaas::serve

@@ -1,0 +1,129 @@
+// launch/marlaas-node's GPU plan (run with --dry-run against a fake nvidia-smi) and the per-stage
+// CUDA_VISIBLE_DEVICES that serve derives from it (procs/serve/stage_gpus.h).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "procs/serve/stage_gpus.h"
+
+namespace marlaas::serve {
+namespace {
+
+struct LaunchResult {
+  int status = -1;
+  std::string out;
+};
+
+// A folder with a fake nvidia-smi that lists `gpus` GPUs (none: no nvidia-smi at all).
+class FakeHost {
+ public:
+  explicit FakeHost(int gpus) {
+    char tmpl[] = "/tmp/marlaas-node-test-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    if (gpus < 0) return;
+    std::ofstream f(dir_ + "/nvidia-smi");
+    f << "#!/bin/sh\n";
+    for (int i = 0; i < gpus; ++i)
+      f << "echo '" << i << ", GPU-0000000" << i << "-1111-2222-3333-444444444444, NVIDIA H200, "
+        << "143771'\n";
+    f.close();
+    chmod((dir_ + "/nvidia-smi").c_str(), 0755);
+  }
+  ~FakeHost() { std::system(("rm -rf " + dir_).c_str()); }
+
+  // Runs launch/marlaas-node with `args` and only this folder and the system's on PATH.
+  LaunchResult Launch(const std::string& args) const {
+    const std::string cmd = "env -i PATH=" + dir_ +
+                            ":/usr/bin:/bin " MARLAAS_SOURCE_DIR "/launch/marlaas-node " + args +
+                            " 2>&1";
+    LaunchResult r;
+    FILE* p = popen(cmd.c_str(), "r");
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) r.out.append(buf, n);
+    const int st = pclose(p);
+    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return r;
+  }
+
+ private:
+  std::string dir_;
+};
+
+bool Has(const LaunchResult& r, const std::string& line) { return r.out.find(line) != std::string::npos; }
+
+TEST(NodeLauncherTest, EightGpusSplitTwoTrainersAndSixRolloutsAndStartNothingOnADryRun) {
+  FakeHost host(8);
+  const LaunchResult r = host.Launch("--dry-run --instance n1 -- --state-dir /tmp/x");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(Has(r, "marlaas-node: 8 GPU(s)")) << r.out;
+  EXPECT_TRUE(Has(r, "trainer GPUs: 0,1\n")) << r.out;
+  EXPECT_TRUE(Has(r, "rollout GPUs: 2,3,4,5,6,7\n")) << r.out;
+  EXPECT_TRUE(Has(r, "env MARLAAS_VERIFIER_GPUS=\n")) << r.out;
+  EXPECT_TRUE(Has(r, "env CUDA_DEVICE_ORDER=PCI_BUS_ID")) << r.out;
+  EXPECT_TRUE(Has(r, "env NCCL_SOCKET_IFNAME=lo")) << r.out;
+  EXPECT_TRUE(Has(r, "launch/marlaas serve --instance n1 --state-dir /tmp/x")) << r.out;
+}
+
+TEST(NodeLauncherTest, OneGpuIsSharedAndFlagsOverrideTheDefault) {
+  FakeHost one(1);
+  LaunchResult r = one.Launch("--dry-run");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(Has(r, "trainer GPUs: 0\n") && Has(r, "rollout GPUs: 0\n")) << r.out;
+  FakeHost four(4);
+  r = four.Launch("--dry-run --trainer-gpus 3 --rollout-gpus 0,1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(Has(r, "trainer GPUs: 3\n") && Has(r, "rollout GPUs: 0,1\n")) << r.out;
+  EXPECT_TRUE(Has(r, "env CUDA_VISIBLE_DEVICES=3,0,1\n")) << r.out;
+}
+
+TEST(NodeLauncherTest, BadPlansAreRefusedByName) {
+  FakeHost four(4);
+  LaunchResult r = four.Launch("--dry-run --trainer-gpus 0 --rollout-gpus 0,9");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(Has(r, "--rollout-gpus: GPU '9' is not on this host")) << r.out;
+  r = four.Launch("--dry-run --trainer-gpus 1 --rollout-gpus 1,2");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(Has(r, "GPU 1 is both a trainer and a rollout GPU")) << r.out;
+  r = four.Launch("--dry-run --trainer-gpus 1");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(Has(r, "give both --trainer-gpus and --rollout-gpus")) << r.out;
+  r = four.Launch("--dry-run --instance 'a b'");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(Has(r, "--instance 'a b'")) << r.out;
+  FakeHost none(-1);
+  r = none.Launch("--dry-run");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(Has(r, "nvidia-smi is not on PATH")) << r.out;
+}
+
+TEST(StageGpusTest, EachRoleSeesItsOwnGpusAndBadListsAreNamed) {
+  EXPECT_EQ(StageGpusVariable("rollout"), "MARLAAS_ROLLOUT_GPUS");
+  unsetenv("MARLAAS_TRAINER_GPUS");
+  auto inherit = StageVisibleDevices("trainer");
+  ASSERT_TRUE(inherit.ok());
+  EXPECT_FALSE(inherit->has_value());
+  setenv("MARLAAS_TRAINER_GPUS", "0,GPU-8a1b2c3d-0000-1111-2222-333344445555", 1);
+  auto listed = StageVisibleDevices("trainer");
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->value(), "0,GPU-8a1b2c3d-0000-1111-2222-333344445555");
+  setenv("MARLAAS_VERIFIER_GPUS", "", 1);
+  auto none = StageVisibleDevices("verifier");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->value(), "");  // no GPU at all, not "inherit"
+  setenv("MARLAAS_ROLLOUT_GPUS", "1,;rm", 1);
+  auto bad = StageVisibleDevices("rollout");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("MARLAAS_ROLLOUT_GPUS"), std::string::npos);
+  unsetenv("MARLAAS_TRAINER_GPUS");
+  unsetenv("MARLAAS_VERIFIER_GPUS");
+  unsetenv("MARLAAS_ROLLOUT_GPUS");
+}
+
+}  // namespace
+}  // namespace marlaas::serve
