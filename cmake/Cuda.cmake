@@ -11,8 +11,15 @@ if(MARLAAS_WITH_CUDA)
   if(CMAKE_CUDA_COMPILER)
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
-    find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
-    find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+    # NCCL from the toolkit's folders, or from NCCL_ROOT (e.g. PyTorch's nvidia-nccl wheel, which
+    # ships only libnccl.so.2).
+    find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2
+      HINTS ${NCCL_ROOT}/lib ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/lib)
+    find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${NCCL_ROOT}/include ${CUDAToolkit_INCLUDE_DIRS})
+    set(MARLAAS_HAVE_NCCL OFF)
+    if(NCCL_LIBRARY AND NCCL_INCLUDE_DIR)
+      set(MARLAAS_HAVE_NCCL ON)
+    endif()
     set(MARLAAS_HAVE_CUDA ON)
     message(STATUS "CUDA ${CUDAToolkit_VERSION}: kernels/cuda enabled (archs ${CMAKE_CUDA_ARCHITECTURES}); NCCL: ${NCCL_LIBRARY}")
   else()

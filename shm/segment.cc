@@ -43,6 +43,8 @@ const char* SegmentKindName(SegmentKind kind) {
       return "tenant table";
     case SegmentKind::kMetrics:
       return "metrics";
+    case SegmentKind::kRendezvous:
+      return "broadcast rendezvous";
     case SegmentKind::kTest:
       return "test";
   }

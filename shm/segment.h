@@ -23,6 +23,7 @@ enum class SegmentKind : uint32_t {
   kAdapterStore = 2,
   kTenantTable = 3,
   kMetrics = 4,
+  kRendezvous = 5,
   kTest = 99,
 };
 const char* SegmentKindName(SegmentKind kind);

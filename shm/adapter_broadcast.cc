@@ -1,0 +1,338 @@
+#include "shm/adapter_broadcast.h"
+
+#include <nccl.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "base/process.h"
+
+namespace marlaas {
+namespace {
+
+static_assert(sizeof(ncclUniqueId) == kBroadcastIdBytes, "NCCL unique id size changed");
+
+// A collective that has started is given this long to finish even when the caller's deadline is
+// nearer: leaving it half done would wedge the group.
+constexpr auto kCollectiveTimeout = std::chrono::seconds(20);
+
+Status NcclError(const std::string& what, ncclResult_t r) {
+  return Status(StatusCode::kInternal, what + ": " + ncclGetErrorString(r));
+}
+
+void Pause() { std::this_thread::sleep_for(std::chrono::microseconds(50)); }
+
+}  // namespace
+
+// A non-blocking communicator and the stream its broadcasts run on.
+struct AdapterBroadcaster::Comm {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  bool own_stream = false;
+};
+struct AdapterReceiver::Comm {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  bool own_stream = false;
+  void* scratch = nullptr;  // for an adapter larger than the caller's buffer
+  size_t scratch_bytes = 0;
+};
+
+namespace {
+
+// Waits until a non-blocking NCCL call on `comm` is no longer in progress. `peers_ok` is asked
+// now and then; false means a peer died.
+template <typename PeersOk>
+Status WaitComm(ncclComm_t comm, Deadline deadline, PeersOk peers_ok, const char* what) {
+  for (int i = 0;; ++i) {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t r = ncclCommGetAsyncError(comm, &state);
+    if (r != ncclSuccess) return NcclError(std::string(what) + ": ncclCommGetAsyncError", r);
+    if (state == ncclSuccess) return Status::Ok();
+    if (state != ncclInProgress) return NcclError(what, state);
+    if (i % 64 == 0 && !peers_ok())
+      return Status(StatusCode::kPeerDead, std::string(what) + ": a peer of the group died");
+    if (deadline.Expired())
+      return Status(StatusCode::kTimeout, std::string(what) + ": the group did not answer in time");
+    Pause();
+  }
+}
+
+// Waits until the work queued on `stream` (a broadcast) completed, watching `comm`'s errors.
+template <typename PeersOk>
+Status WaitStream(ncclComm_t comm, cudaStream_t stream, Deadline deadline, PeersOk peers_ok) {
+  for (int i = 0;; ++i) {
+    const cudaError_t q = cudaStreamQuery(stream);
+    if (q == cudaSuccess) return Status::Ok();
+    if (q != cudaErrorNotReady) {
+      cudaGetLastError();
+      return Status(StatusCode::kInternal,
+                    std::string("adapter broadcast stream: ") + cudaGetErrorString(q));
+    }
+    ncclResult_t state = ncclSuccess;
+    ncclCommGetAsyncError(comm, &state);
+    if (state != ncclSuccess && state != ncclInProgress)
+      return NcclError("adapter broadcast", state);
+    if (i % 64 == 0 && !peers_ok())
+      return Status(StatusCode::kPeerDead, "adapter broadcast: a peer of the group died");
+    if (deadline.Expired())
+      return Status(StatusCode::kTimeout, "adapter broadcast did not complete in time");
+    Pause();
+  }
+}
+
+Result<cudaStream_t> StreamFor(const BroadcastOptions& options, bool* own) {
+  *own = options.stream == nullptr;
+  if (!*own) return options.stream;
+  cudaStream_t s = nullptr;
+  const cudaError_t err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return Status(StatusCode::kInternal,
+                  std::string("cudaStreamCreate: ") + cudaGetErrorString(err));
+  }
+  return s;
+}
+
+Deadline CollectiveDeadline(Deadline caller) {
+  const Deadline floor = Deadline::After(kCollectiveTimeout);
+  return caller.Remaining() > floor.Remaining() ? caller : floor;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------- root
+
+AdapterBroadcaster::AdapterBroadcaster(BroadcastRendezvous* rendezvous,
+                                       const BroadcastOptions& options)
+    : rendezvous_(rendezvous), options_(options) {}
+
+AdapterBroadcaster::~AdapterBroadcaster() { Abort(); }
+
+void AdapterBroadcaster::Abort() {
+  if (comm_ == nullptr) return;
+  if (comm_->comm != nullptr) ncclCommAbort(comm_->comm);
+  if (comm_->own_stream && comm_->stream != nullptr) cudaStreamDestroy(comm_->stream);
+  comm_.reset();
+}
+
+bool AdapterBroadcaster::GenerationAlive() {
+  const std::array<uint64_t, kMaxBroadcastMembers> live = rendezvous_->LiveMembers();
+  for (size_t m = 0; m < live.size(); ++m) {
+    if (members_[m] != 0 && live[m] != members_[m]) return false;  // died (or replaced)
+  }
+  return true;
+}
+
+bool AdapterBroadcaster::NeedsForming() {
+  return failed_ || generation_ == 0 || rendezvous_->LiveMembers() != members_;
+}
+
+Status AdapterBroadcaster::Form(Deadline deadline) {
+  Abort();
+  failed_ = true;  // until this generation is up
+  const std::array<uint64_t, kMaxBroadcastMembers> live = rendezvous_->LiveMembers();
+  BroadcastRound round;
+  auto previous = rendezvous_->LatestRound();
+  round.generation = std::max(generation_, previous.ok() ? previous->generation : 0) + 1;
+  round.root_identity = SelfIdentity().Pack();
+  round.first_seq = rendezvous_->NextSeq();
+  int world = 1;
+  for (int m = 0; m < kMaxBroadcastMembers; ++m) {
+    round.rank_of[size_t(m)] = live[size_t(m)] != 0 ? world++ : -1;
+    round.member_identity[size_t(m)] = live[size_t(m)];
+  }
+  round.world_size = world;
+  generation_ = round.generation;
+  members_ = live;
+  world_size_ = world;
+  if (world == 1) {  // nobody to send to: no communicator
+    MARLAAS_RETURN_IF_ERROR(rendezvous_->PublishRound(round));
+    failed_ = false;
+    return Status::Ok();
+  }
+  ncclUniqueId id;
+  ncclResult_t r = ncclGetUniqueId(&id);
+  if (r != ncclSuccess) return NcclError("ncclGetUniqueId", r);
+  std::memcpy(round.id.data(), &id, sizeof(id));
+  MARLAAS_RETURN_IF_ERROR(rendezvous_->PublishRound(round));
+
+  comm_ = std::make_unique<Comm>();
+  MARLAAS_ASSIGN_OR_RETURN(comm_->stream, StreamFor(options_, &comm_->own_stream));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  r = ncclCommInitRankConfig(&comm_->comm, world, id, 0, &config);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    comm_->comm = nullptr;
+    Abort();
+    return NcclError("ncclCommInitRankConfig (root)", r);
+  }
+  const auto members_alive = [&] { return GenerationAlive(); };
+  Status st = WaitComm(comm_->comm, deadline, members_alive, "forming the broadcast group");
+  if (!st.ok()) {
+    Abort();
+    return st;
+  }
+  failed_ = false;
+  return Status::Ok();
+}
+
+Status AdapterBroadcaster::Broadcast(int slot, uint64_t version, const void* src, size_t bytes,
+                                     Deadline deadline) {
+  if (failed_) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "the broadcast group must be formed again (a peer failed)");
+  }
+  if (world_size_ == 1) return Status::Ok();
+  BroadcastAnnouncement a;
+  a.generation = generation_;
+  a.slot = slot;
+  a.version = version;
+  a.bytes = bytes;
+  MARLAAS_RETURN_IF_ERROR(rendezvous_->Announce(a).status());
+  const auto members_alive = [&] { return GenerationAlive(); };
+  const Deadline collective = CollectiveDeadline(deadline);
+  ncclResult_t r =
+      ncclBroadcast(src, const_cast<void*>(src), bytes, ncclUint8, 0, comm_->comm, comm_->stream);
+  Status st = r == ncclSuccess || r == ncclInProgress
+                  ? WaitComm(comm_->comm, collective, members_alive, "ncclBroadcast (root)")
+                  : NcclError("ncclBroadcast (root)", r);
+  if (st.ok()) st = WaitStream(comm_->comm, comm_->stream, collective, members_alive);
+  if (!st.ok()) {
+    Abort();
+    failed_ = true;
+  }
+  return st;
+}
+
+// ---------------------------------------------------------------------------- member
+
+AdapterReceiver::AdapterReceiver(BroadcastRendezvous* rendezvous, const BroadcastOptions& options)
+    : rendezvous_(rendezvous), options_(options) {}
+
+AdapterReceiver::~AdapterReceiver() {
+  Abort();
+  if (member_ >= 0) rendezvous_->Unregister(member_);
+}
+
+void AdapterReceiver::Abort() {
+  if (comm_ == nullptr) return;
+  if (comm_->comm != nullptr) ncclCommAbort(comm_->comm);
+  if (comm_->scratch != nullptr) cudaFree(comm_->scratch);
+  if (comm_->own_stream && comm_->stream != nullptr) cudaStreamDestroy(comm_->stream);
+  comm_.reset();
+}
+
+Status AdapterReceiver::Join() {
+  MARLAAS_ASSIGN_OR_RETURN(member_, rendezvous_->Register());
+  return Status::Ok();
+}
+
+Status AdapterReceiver::JoinRound(const BroadcastRound& round, int rank, Deadline deadline) {
+  Abort();
+  comm_ = std::make_unique<Comm>();
+  MARLAAS_ASSIGN_OR_RETURN(comm_->stream, StreamFor(options_, &comm_->own_stream));
+  ncclUniqueId id;
+  std::memcpy(&id, round.id.data(), sizeof(id));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  const ncclResult_t r = ncclCommInitRankConfig(&comm_->comm, round.world_size, id, rank, &config);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    comm_->comm = nullptr;
+    Abort();
+    return NcclError("ncclCommInitRankConfig (member)", r);
+  }
+  const auto root_alive = [&] { return rendezvous_->RootAlive(); };
+  Status st = WaitComm(comm_->comm, CollectiveDeadline(deadline), root_alive,
+                       "joining the broadcast group");
+  if (!st.ok()) {
+    Abort();
+    return st;
+  }
+  generation_ = round.generation;
+  next_seq_ = round.first_seq;
+  return Status::Ok();
+}
+
+Result<ReceivedAdapter> AdapterReceiver::Receive(void* dst, size_t capacity, Deadline deadline) {
+  if (member_ < 0) return Status(StatusCode::kFailedPrecondition, "Receive before Join");
+  const uint64_t self = SelfIdentity().Pack();
+  for (;;) {
+    if (!rendezvous_->RootAlive()) {
+      Abort();
+      return Status(StatusCode::kPeerDead, "the adapter broadcast root (trainer) is not running");
+    }
+    auto round = rendezvous_->LatestRound();
+    if (round.ok() && round->generation > generation_) {
+      const size_t m = size_t(member_);
+      if (round->rank_of[m] >= 1 && round->member_identity[m] == self) {
+        MARLAAS_RETURN_IF_ERROR(JoinRound(*round, round->rank_of[m], deadline));
+      } else {
+        Abort();  // a generation without us: the root will include us in its next one
+      }
+    }
+    if (comm_ == nullptr) {
+      if (deadline.Expired())
+        return Status(StatusCode::kUnavailable, "not (yet) in a broadcast generation");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
+    // Wait a little at a time, so a new generation or a dead root is noticed.
+    const Deadline slice = Deadline::AfterMs(50);
+    auto a = rendezvous_->AnnouncementAt(
+        next_seq_, slice.Remaining() < deadline.Remaining() ? slice : deadline);
+    if (!a.ok()) {
+      if (a.status().code() != StatusCode::kUnavailable) {
+        Abort();  // fell behind the ring: re-join with the next generation
+        generation_ = 0;
+        return a.status();
+      }
+      if (deadline.Expired()) return a.status();
+      continue;
+    }
+    if (a->generation != generation_) {  // from an older generation, or a newer one is coming
+      if (a->generation < generation_) ++next_seq_;
+      continue;
+    }
+    void* buffer = dst;
+    if (a->bytes > capacity) {
+      if (comm_->scratch_bytes < a->bytes) {
+        if (comm_->scratch != nullptr) cudaFree(comm_->scratch);
+        comm_->scratch = nullptr;
+        comm_->scratch_bytes = 0;
+        if (cudaMalloc(&comm_->scratch, a->bytes) != cudaSuccess) {
+          cudaGetLastError();
+          Abort();
+          return Status(StatusCode::kResourceExhausted,
+                        "no device memory for an oversized adapter");
+        }
+        comm_->scratch_bytes = a->bytes;
+      }
+      buffer = comm_->scratch;
+    }
+    const auto root_alive = [&] { return rendezvous_->RootAlive(); };
+    const Deadline collective = CollectiveDeadline(deadline);
+    ncclResult_t r =
+        ncclBroadcast(buffer, buffer, a->bytes, ncclUint8, 0, comm_->comm, comm_->stream);
+    Status st = r == ncclSuccess || r == ncclInProgress
+                    ? WaitComm(comm_->comm, collective, root_alive, "ncclBroadcast (member)")
+                    : NcclError("ncclBroadcast (member)", r);
+    if (st.ok()) st = WaitStream(comm_->comm, comm_->stream, collective, root_alive);
+    if (!st.ok()) {
+      Abort();
+      return st;
+    }
+    ++next_seq_;
+    if (a->bytes > capacity) {
+      return Status(StatusCode::kResourceExhausted, "adapter of slot " + std::to_string(a->slot) +
+                                                        " has " + std::to_string(a->bytes) +
+                                                        " bytes; the buffer holds " +
+                                                        std::to_string(capacity));
+    }
+    return ReceivedAdapter{a->slot, a->version, a->bytes};
+  }
+}
+
+}  // namespace marlaas

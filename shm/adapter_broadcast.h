@@ -1,0 +1,99 @@
+// Adapter broadcast over NCCL, from the trainer (root, rank 0) to rollout processes on other GPUs
+// (members): one flat device buffer per tenant, one ncclBroadcast per published adapter. The
+// group meets through a BroadcastRendezvous (shm/broadcast_rendezvous.h): the root publishes each
+// communicator generation's NCCL unique id, and announces every broadcast (slot, version, bytes)
+// before it makes it, so members enter the same collective with the same size.
+//
+// Failure: every wait polls the operation, ncclCommGetAsyncError and the peers' liveness, and
+// gives up at its Deadline. On a dead or stuck peer the communicator is aborted and the call
+// fails (kPeerDead or kTimeout); the root then Forms a new generation from the live members and
+// re-broadcasts the latest adapter of every tenant (members that missed one catch up), and a
+// member re-joins when it sees the new generation. No tenant is lost: the adapters themselves
+// stay in the trainer's adapter store.
+//
+// Communicators are non-blocking (ncclConfig_t::blocking = 0). Built only with CUDA and NCCL
+// (library marlaas_shm_nccl). One object per process, used from one thread.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+
+#include "base/deadline.h"
+#include "shm/broadcast_rendezvous.h"
+
+namespace marlaas {
+
+struct BroadcastOptions {
+  cudaStream_t stream = nullptr;  // where broadcasts run (after the caller's prior work on it)
+};
+
+class AdapterBroadcaster {
+ public:
+  AdapterBroadcaster(BroadcastRendezvous* rendezvous, const BroadcastOptions& options);
+  ~AdapterBroadcaster();
+  AdapterBroadcaster(const AdapterBroadcaster&) = delete;
+  AdapterBroadcaster& operator=(const AdapterBroadcaster&) = delete;
+
+  // True when the live members differ from the current generation's (one joined, one died) or
+  // the last broadcast failed: Form, then re-broadcast every tenant's latest adapter.
+  bool NeedsForming();
+  // A new generation from the live members (none: broadcasts become no-ops). On failure (a
+  // member did not initialise by `deadline`) the communicator is aborted; try again later.
+  Status Form(Deadline deadline);
+  int members() const { return world_size_ - 1; }
+  uint64_t generation() const { return generation_; }
+
+  // Sends `bytes` of device memory `src` (the adapter of store slot `slot` at `version`) to every
+  // member; returns when it is complete everywhere.
+  Status Broadcast(int slot, uint64_t version, const void* src, size_t bytes, Deadline deadline);
+
+ private:
+  void Abort();
+  bool GenerationAlive();  // every member of the current generation still runs
+  BroadcastRendezvous* rendezvous_;
+  BroadcastOptions options_;
+  struct Comm;
+  std::unique_ptr<Comm> comm_;
+  std::array<uint64_t, kMaxBroadcastMembers> members_{};  // of the current generation
+  uint64_t generation_ = 0;
+  uint64_t seq_ = 0;
+  int world_size_ = 1;
+  bool failed_ = false;
+};
+
+struct ReceivedAdapter {
+  int slot = -1;
+  uint64_t version = 0;
+  uint64_t bytes = 0;
+};
+
+class AdapterReceiver {
+ public:
+  AdapterReceiver(BroadcastRendezvous* rendezvous, const BroadcastOptions& options);
+  ~AdapterReceiver();
+  AdapterReceiver(const AdapterReceiver&) = delete;
+  AdapterReceiver& operator=(const AdapterReceiver&) = delete;
+
+  // Registers this process as a member (the root includes it in its next generation).
+  Status Join();
+  // Waits for the next broadcast and receives it into device memory `dst` (`capacity` bytes),
+  // joining a new generation first when the root formed one. kUnavailable when nothing came by
+  // `deadline` (call again); kPeerDead when the root died; kResourceExhausted when the
+  // adapter is larger than `capacity` (the broadcast is still received into a scratch buffer,
+  // so the group goes on).
+  Result<ReceivedAdapter> Receive(void* dst, size_t capacity, Deadline deadline);
+
+ private:
+  Status JoinRound(const BroadcastRound& round, int rank, Deadline deadline);
+  void Abort();
+  BroadcastRendezvous* rendezvous_;
+  BroadcastOptions options_;
+  struct Comm;
+  std::unique_ptr<Comm> comm_;
+  int member_ = -1;
+  uint64_t generation_ = 0;
+  uint64_t next_seq_ = 0;  // the announcement after the last one handled
+};
+
+}  // namespace marlaas

@@ -1,0 +1,102 @@
+// How the members of the adapter-broadcast group find each other and agree on what comes next.
+// The group: one root (the trainer, rank 0) and members (rollout processes on other GPUs). The
+// root forms a communicator generation from the live members and publishes its NCCL unique id
+// with each member's rank (a Round); before each broadcast it announces what the broadcast
+// carries, so every member calls the same collective with the same size in the same order.
+//
+// BroadcastRendezvous is the interface shm/adapter_broadcast.h uses, so a multi-node group can
+// meet over a TCP rendezvous later (README, "Multi-node"); ShmRendezvous implements it in the
+// service's shared memory (segment "nccl") for one node.
+//
+// Who calls what: the root calls LiveMembers, PublishRound and Announce; a member calls Register,
+// LatestRound, AnnouncementAt and RootAlive. Every wait is bounded by the caller's Deadline.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/deadline.h"
+#include "base/process.h"
+#include "base/status.h"
+#include "shm/segment.h"
+#include "shm/seqlock.h"
+
+namespace marlaas {
+
+inline constexpr int kMaxBroadcastMembers = 32;
+inline constexpr int kBroadcastIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
+inline constexpr int kAnnouncementRing = 16;
+
+struct BroadcastRound {
+  uint64_t generation = 0;  // 0: none yet
+  int32_t world_size = 0;   // 1 + members with a rank
+  // rank_of[m]: the rank of member slot m in this generation (1..world_size-1), or -1.
+  std::array<int32_t, kMaxBroadcastMembers> rank_of{};
+  // member_identity[m]: who held slot m when the round was formed (a new holder is not in it).
+  std::array<uint64_t, kMaxBroadcastMembers> member_identity{};
+  std::array<unsigned char, kBroadcastIdBytes> id{};
+  uint64_t root_identity = 0;
+  uint64_t first_seq = 0;  // the first announcement of this generation
+};
+
+struct BroadcastAnnouncement {
+  uint64_t seq = 0;  // 1, 2, ... over the life of the group
+  uint64_t generation = 0;
+  int32_t slot = -1;  // adapter-store slot (tenant row)
+  uint64_t version = 0;
+  uint64_t bytes = 0;
+};
+
+class BroadcastRendezvous {
+ public:
+  virtual ~BroadcastRendezvous() = default;
+  // Root. The identities of live registered members, by member slot (0 for an empty or dead one).
+  virtual std::array<uint64_t, kMaxBroadcastMembers> LiveMembers() = 0;
+  virtual Status PublishRound(const BroadcastRound& round) = 0;
+  // The sequence number the next announcement gets (1 for the first ever).
+  virtual uint64_t NextSeq() = 0;
+  // Announces the next broadcast under NextSeq() (a.seq is ignored) and returns its number.
+  virtual Result<uint64_t> Announce(const BroadcastAnnouncement& a) = 0;
+
+  // Member. Takes a member slot for this process (kResourceExhausted when all are held by live
+  // processes); Unregister gives it back.
+  virtual Result<int> Register() = 0;
+  virtual void Unregister(int member) = 0;
+  virtual Result<BroadcastRound> LatestRound() = 0;
+  // The announcement with sequence `seq`, once the root has made it; kUnavailable at `deadline`,
+  // kResourceExhausted when the ring has moved past it.
+  virtual Result<BroadcastAnnouncement> AnnouncementAt(uint64_t seq, Deadline deadline) = 0;
+  virtual bool RootAlive() = 0;
+};
+
+// One node: the state lives in segment /marlaas.<instance>.nccl.
+class ShmRendezvous : public BroadcastRendezvous {
+ public:
+  // serve creates it with the other segments; the root and the members attach.
+  static Result<ShmRendezvous> Create(const std::string& instance);
+  static Result<ShmRendezvous> Attach(const std::string& instance);
+  // The root (the trainer, also after a restart) takes the role; kAlreadyExists while another
+  // live process holds it. Members keep their slots across a change of root.
+  Status ClaimRoot();
+
+  std::array<uint64_t, kMaxBroadcastMembers> LiveMembers() override;
+  Status PublishRound(const BroadcastRound& round) override;
+  uint64_t NextSeq() override;
+  Result<uint64_t> Announce(const BroadcastAnnouncement& a) override;
+  Result<int> Register() override;
+  void Unregister(int member) override;
+  Result<BroadcastRound> LatestRound() override;
+  Result<BroadcastAnnouncement> AnnouncementAt(uint64_t seq, Deadline deadline) override;
+  bool RootAlive() override;
+
+ private:
+  struct Layout;
+  explicit ShmRendezvous(Segment seg);
+  Layout* layout() const;
+  Segment segment_;
+};
+
+}  // namespace marlaas

@@ -1,0 +1,131 @@
+// The broadcast group's shared-memory rendezvous (no GPU needed): members register across
+// processes and a dead one drops out, the root role cannot be taken from a live root, rounds and
+// announcements reach members in order, and a member that falls behind the ring is told so.
+#include "shm/broadcast_rendezvous.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "tests/test_util.h"
+
+namespace marlaas {
+namespace {
+
+using testing::ForkChild;
+using testing::KillChild;
+using testing::ScopedInstance;
+using testing::WaitChild;
+
+TEST(BroadcastRendezvousTest, MembersRegisterAcrossProcessesAndTheDeadDropOut) {
+  ScopedInstance inst;
+  auto root = ShmRendezvous::Create(inst.name());
+  ASSERT_TRUE(root.ok()) << root.status().ToString();
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  // A member process registers, reports its slot, and stays until killed.
+  const pid_t member = ForkChild([&] {
+    auto r = ShmRendezvous::Attach(inst.name());
+    if (!r.ok()) return 1;
+    auto slot = r->Register();
+    if (!slot.ok()) return 2;
+    const char c = char('0' + *slot);
+    if (write(pipe_fds[1], &c, 1) != 1) return 3;
+    for (;;) pause();
+  });
+  char c = 0;
+  ASSERT_EQ(read(pipe_fds[0], &c, 1), 1);
+  const int slot = c - '0';
+  auto live = root->LiveMembers();
+  EXPECT_NE(live[size_t(slot)], 0u);
+  // This process registers too, and gets another slot; registering again returns the same one.
+  auto mine = root->Register();
+  ASSERT_TRUE(mine.ok());
+  EXPECT_NE(*mine, slot);
+  EXPECT_EQ(*root->Register(), *mine);
+  KillChild(member);
+  live = root->LiveMembers();
+  EXPECT_EQ(live[size_t(slot)], 0u) << "a killed member still counts as live";
+  EXPECT_NE(live[size_t(*mine)], 0u);
+  root->Unregister(*mine);
+  EXPECT_EQ(root->LiveMembers()[size_t(*mine)], 0u);
+  close(pipe_fds[0]);
+  close(pipe_fds[1]);
+}
+
+TEST(BroadcastRendezvousTest, ALiveRootKeepsItsRoleAndADeadOnesIsTakenOver) {
+  ScopedInstance inst;
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  const pid_t first = ForkChild([&] {
+    auto r = ShmRendezvous::Create(inst.name());
+    if (!r.ok() || !r->ClaimRoot().ok()) return 1;
+    const char c = 'r';
+    if (write(pipe_fds[1], &c, 1) != 1) return 2;
+    for (;;) pause();
+  });
+  char c = 0;
+  ASSERT_EQ(read(pipe_fds[0], &c, 1), 1);
+  auto r = ShmRendezvous::Attach(inst.name());
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->RootAlive());  // the child's claim
+  const Status taken = r->ClaimRoot();
+  EXPECT_EQ(taken.code(), StatusCode::kAlreadyExists) << taken.ToString();
+  KillChild(first);
+  EXPECT_FALSE(r->RootAlive());
+  EXPECT_TRUE(r->ClaimRoot().ok());
+  EXPECT_TRUE(r->RootAlive());
+  close(pipe_fds[0]);
+  close(pipe_fds[1]);
+}
+
+TEST(BroadcastRendezvousTest, RoundsAndAnnouncementsArriveInOrderAndOverrunIsReported) {
+  ScopedInstance inst;
+  auto root = ShmRendezvous::Create(inst.name());
+  ASSERT_TRUE(root.ok());
+  auto member = ShmRendezvous::Attach(inst.name());
+  ASSERT_TRUE(member.ok());
+  EXPECT_EQ(member->LatestRound()->generation, 0u);
+  BroadcastRound round;
+  round.generation = 3;
+  round.world_size = 2;
+  round.rank_of.fill(-1);
+  round.rank_of[5] = 1;
+  round.id[0] = 0x42;
+  round.first_seq = root->NextSeq();
+  ASSERT_TRUE(root->PublishRound(round).ok());
+  auto seen = member->LatestRound();
+  ASSERT_TRUE(seen.ok());
+  EXPECT_EQ(seen->generation, 3u);
+  EXPECT_EQ(seen->rank_of[5], 1);
+  EXPECT_EQ(seen->id[0], 0x42);
+  EXPECT_EQ(seen->first_seq, 1u);
+
+  // Nothing announced yet: a bounded wait, then kUnavailable.
+  auto none = member->AnnouncementAt(1, Deadline::AfterMs(20));
+  EXPECT_EQ(none.status().code(), StatusCode::kUnavailable);
+  for (uint64_t v = 1; v <= 3; ++v) {
+    BroadcastAnnouncement a;
+    a.generation = 3;
+    a.slot = int(v);
+    a.version = 10 * v;
+    a.bytes = 1000 + v;
+    auto seq = root->Announce(a);
+    ASSERT_TRUE(seq.ok());
+    EXPECT_EQ(*seq, v);
+  }
+  for (uint64_t s = 1; s <= 3; ++s) {
+    auto a = member->AnnouncementAt(s, Deadline::AfterMs(100));
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    EXPECT_EQ(a->seq, s);
+    EXPECT_EQ(a->version, 10 * s);
+    EXPECT_EQ(a->bytes, 1000 + s);
+  }
+  // The root runs a whole ring ahead: announcement 1 is gone and the member is told so.
+  for (int i = 0; i < kAnnouncementRing; ++i) ASSERT_TRUE(root->Announce({}).ok());
+  auto lost = member->AnnouncementAt(1, Deadline::AfterMs(100));
+  EXPECT_EQ(lost.status().code(), StatusCode::kResourceExhausted) << lost.status().ToString();
+  EXPECT_EQ(root->NextSeq(), 4u + kAnnouncementRing);
+}
+
+}  // namespace
+}  // namespace marlaas
