@@ -7,11 +7,9 @@
 //  - The slot's writer (the trainer) allocates both buffers and their interprocess events, then
 //    publishes them: `state` = (epoch << 1) | 1. Before it rewrites the handles or frees the
 //    buffers it stores (epoch << 1), even: "not available".
-//  - A reader registers itself in `readers` (its identity and the epoch) BEFORE it re-checks that
-//    `state` is still that epoch and opens the handles; the writer, after storing the even state,
-//    waits until no live reader holds the epoch before it frees. Both sides use seq_cst, so one
-//    of them sees the other: a reader never opens memory that is being freed, and the writer
-//    never frees memory a live reader has open (a dead reader's mappings die with it).
+//  - A reader registers in `readers` before it opens the handles, and the writer frees only after
+//    live readers let go (shm/ipc_readers.h): a reader never opens memory being freed, and the
+//    writer never frees memory a live reader has open.
 //  - A reader closes its mappings when the epoch changes or the owner dies, so a dead writer's
 //    memory is released by the driver once the last reader lets go.
 #pragma once
@@ -19,15 +17,11 @@
 #include <atomic>
 #include <cstdint>
 
+#include "shm/ipc_readers.h"
+
 namespace marlaas {
 
 inline constexpr int kIpcHandleBytes = 64;  // CUDA_IPC_HANDLE_SIZE
-inline constexpr int kMaxIpcReaders = 16;   // reader processes per slot (rollouts on one GPU)
-
-struct IpcReaderEntry {
-  std::atomic<uint64_t> identity;  // ProcessIdentity::Pack() of the reader; 0: free entry
-  std::atomic<uint64_t> epoch;     // the allocation it has open (or is opening)
-};
 
 struct IpcSlotRecord {
   // (epoch << 1) | 1 while the fields below describe allocation `epoch`; even otherwise.

@@ -110,22 +110,11 @@ class CudaIpcAdapterMemory : public AdapterMemory {
     IpcSlotRecord& r = records_[slot];
     r.state.store(o.epoch << 1, std::memory_order_seq_cst);  // not available any more
     // Wait for live readers of this allocation to close it (they do on their next Sweep or copy).
-    const Deadline deadline = Deadline::AfterMs(options_.free_wait_ms);
-    std::string holders;
-    for (;;) {
-      holders.clear();
-      for (IpcReaderEntry& e : r.readers) {
-        const uint64_t id = e.identity.load(std::memory_order_seq_cst);
-        if (id == 0 || e.epoch.load(std::memory_order_seq_cst) != o.epoch) continue;
-        if (!IsAlive(ProcessIdentity::Unpack(id))) continue;  // its mappings died with it
-        holders += " " + std::to_string(ProcessIdentity::Unpack(id).pid);
-      }
-      if (holders.empty() || deadline.Expired()) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    const std::string holders =
+        WaitForIpcReaders(r.readers, o.epoch, Deadline::AfterMs(options_.free_wait_ms));
     if (!holders.empty()) {
       std::fprintf(stderr,
-                   "adapter slot %d: readers%s still hold its buffers after %lld ms; freeing\n",
+                   "adapter slot %d: readers %s still hold its buffers after %lld ms; freeing\n",
                    slot, holders.c_str(), static_cast<long long>(options_.free_wait_ms));
     }
     Status st;
@@ -247,20 +236,12 @@ class CudaIpcAdapterMemory : public AdapterMemory {
     }
     // Register before the re-check (seq_cst both sides; see adapter_ipc_layout.h).
     const uint64_t epoch = state >> 1;
-    int entry = -1;
-    for (int i = 0; i < kMaxIpcReaders && entry < 0; ++i) {
-      IpcReaderEntry& e = r.readers[i];
-      uint64_t id = e.identity.load(std::memory_order_seq_cst);
-      if (id != 0 && id != self_ && IsAlive(ProcessIdentity::Unpack(id))) continue;
-      if (id == self_ || e.identity.compare_exchange_strong(id, self_, std::memory_order_seq_cst))
-        entry = i;
-    }
+    const int entry = ClaimIpcReader(r.readers, self_, epoch);
     if (entry < 0) {
       return Status(StatusCode::kResourceExhausted,
                     "adapter slot " + std::to_string(slot) + ": more than " +
                         std::to_string(kMaxIpcReaders) + " live reader processes");
     }
-    r.readers[entry].epoch.store(epoch, std::memory_order_seq_cst);
     m.reader_entry = entry;
     m.epoch = epoch;
     if (r.state.load(std::memory_order_seq_cst) != state) {
@@ -293,10 +274,8 @@ class CudaIpcAdapterMemory : public AdapterMemory {
       if (m.event[b] != nullptr) cudaEventDestroy(m.event[b]);
       if (m.ptr[b] != nullptr) cudaIpcCloseMemHandle(m.ptr[b]);
     }
-    if (m.reader_entry >= 0) {
-      // Closed before the entry is cleared: the writer frees only after it sees the entry go.
-      records_[slot].readers[m.reader_entry].identity.store(0, std::memory_order_seq_cst);
-    }
+    // Closed before the entry is cleared: the writer frees only after it sees the entry go.
+    ReleaseIpcReader(records_[slot].readers, m.reader_entry);
     m = Mapped{};
   }
 

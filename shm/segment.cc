@@ -45,6 +45,8 @@ const char* SegmentKindName(SegmentKind kind) {
       return "metrics";
     case SegmentKind::kRendezvous:
       return "broadcast rendezvous";
+    case SegmentKind::kDeviceRegion:
+      return "shared device region";
     case SegmentKind::kTest:
       return "test";
   }

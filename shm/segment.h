@@ -24,6 +24,7 @@ enum class SegmentKind : uint32_t {
   kTenantTable = 3,
   kMetrics = 4,
   kRendezvous = 5,
+  kDeviceRegion = 6,
   kTest = 99,
 };
 const char* SegmentKindName(SegmentKind kind);

@@ -1,0 +1,142 @@
+// SharedDeviceRegion between processes on one GPU: the second process opens the first one's block
+// instead of allocating (one copy in device memory, same bytes), a different key is refused by
+// name, and when the owner is kill -9'd before anyone opened the region the next process takes
+// it over. Skips without a GPU; the parent test process never initialises CUDA.
+#include "shm/shared_device_region.h"
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "kernels/gpu_info.h"
+#include "tests/test_util.h"
+
+namespace marlaas {
+namespace {
+
+using testing::ForkChild;
+using testing::KillChild;
+using testing::ScopedInstance;
+using testing::WaitChild;
+
+constexpr uint64_t kBytes = 256ull << 20;  // a quarter GiB: far above the device's own churn
+
+struct Shared {
+  std::atomic<int> owner_ready, opener_done;
+};
+
+bool WaitFor(const std::atomic<int>& flag, int seconds = 60) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (flag.load() == 0) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+SharedDeviceRegion::Fill FillWith(int byte) {
+  return [byte](void* p, uint64_t n) {
+    return cudaMemset(p, byte, n) == cudaSuccess ? Status::Ok()
+                                                 : Status(StatusCode::kInternal, "memset");
+  };
+}
+
+size_t FreeBytes() {
+  size_t free = 0, total = 0;
+  cudaMemGetInfo(&free, &total);
+  return free;
+}
+
+class SharedDeviceRegionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const GpuInfo gpus = QueryGpusInChild();
+    if (gpus.devices.empty()) GTEST_SKIP() << "needs a CUDA GPU: " << gpus.why_none;
+    sh_ = new (mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
+                    0)) Shared();
+  }
+  void TearDown() override {
+    if (sh_ != nullptr) munmap(sh_, sizeof(Shared));
+  }
+  ScopedInstance inst_;
+  Shared* sh_ = nullptr;
+};
+
+TEST_F(SharedDeviceRegionTest, TheSecondProcessOpensTheOwnersCopyAndAForeignKeyIsRefused) {
+  const std::string name = inst_.name();
+  Shared* sh = sh_;
+  const pid_t owner = ForkChild([&] {
+    auto region = SharedDeviceRegion::OpenOrCreate(name, "base", kBytes, "model-a", FillWith(0x5A),
+                                                   Deadline::AfterMs(30000));
+    if (!region.ok() || !region->owner()) return 10;
+    sh->owner_ready.store(1);
+    return WaitFor(sh->opener_done) ? 0 : 11;  // frees after the opener closed
+  });
+  const pid_t opener = ForkChild([&] {
+    if (!WaitFor(sh->owner_ready)) return 20;
+    FreeBytes();  // this process's context first
+    const size_t before = FreeBytes();
+    int rc = 0;
+    {
+      auto region = SharedDeviceRegion::OpenOrCreate(name, "base", kBytes, "model-a",
+                                                     FillWith(0x00), Deadline::AfterMs(30000));
+      if (!region.ok()) {
+        std::fprintf(stderr, "%s\n", region.status().ToString().c_str());
+        rc = 21;
+      } else if (region->owner()) {
+        rc = 22;  // it allocated a second copy
+      } else if (FreeBytes() + (64u << 20) < before) {
+        rc = 23;  // opening took device memory of the region's size
+      } else {
+        std::vector<unsigned char> host(1 << 20);
+        cudaMemcpy(host.data(), static_cast<char*>(region->data()) + kBytes - host.size(),
+                   host.size(), cudaMemcpyDeviceToHost);
+        for (unsigned char c : host)
+          if (c != 0x5A) rc = 24;  // not the owner's bytes
+      }
+      auto other = SharedDeviceRegion::OpenOrCreate(name, "base", kBytes, "model-b", nullptr,
+                                                    Deadline::AfterMs(1000));
+      if (other.ok() || other.status().message().find("holds 'model-a'") == std::string::npos)
+        rc = rc ? rc : 25;
+    }
+    sh->opener_done.store(1);
+    return rc;
+  });
+  const auto o = WaitChild(opener);
+  const auto w = WaitChild(owner);
+  EXPECT_TRUE(o.exited && o.code == 0) << "opener exit " << o.code;
+  EXPECT_TRUE(w.exited && w.code == 0) << "owner exit " << w.code;
+}
+
+TEST_F(SharedDeviceRegionTest, ANewProcessTakesOverFromAKilledOwner) {
+  const std::string name = inst_.name();
+  Shared* sh = sh_;
+  const pid_t owner = ForkChild([&] {
+    auto region = SharedDeviceRegion::OpenOrCreate(name, "base", kBytes, "model-a", FillWith(1),
+                                                   Deadline::AfterMs(30000));
+    if (!region.ok()) return 10;
+    sh->owner_ready.store(1);
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  });
+  ASSERT_TRUE(WaitFor(sh->owner_ready));
+  KillChild(owner);
+  const pid_t next = ForkChild([&] {
+    auto region = SharedDeviceRegion::OpenOrCreate(name, "base", kBytes, "model-a", FillWith(2),
+                                                   Deadline::AfterMs(30000));
+    if (!region.ok()) return 20;
+    if (!region->owner()) return 21;  // it must not open a dead owner's handle
+    unsigned char c = 0;
+    cudaMemcpy(&c, region->data(), 1, cudaMemcpyDeviceToHost);
+    return c == 2 ? 0 : 22;
+  });
+  const auto n = WaitChild(next);
+  EXPECT_TRUE(n.exited && n.code == 0) << "new owner exit " << n.code;
+}
+
+}  // namespace
+}  // namespace marlaas
