@@ -26,18 +26,19 @@ void Pause() { std::this_thread::sleep_for(std::chrono::microseconds(50)); }
 
 }  // namespace
 
-// A non-blocking communicator and the stream its broadcasts run on.
-struct AdapterBroadcaster::Comm {
+// A non-blocking communicator, the stream its broadcasts run on, and (members) a scratch buffer
+// for an adapter larger than the caller's. Destroying it aborts the communicator.
+struct GroupComm {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
   bool own_stream = false;
-};
-struct AdapterReceiver::Comm {
-  ncclComm_t comm = nullptr;
-  cudaStream_t stream = nullptr;
-  bool own_stream = false;
-  void* scratch = nullptr;  // for an adapter larger than the caller's buffer
+  void* scratch = nullptr;
   size_t scratch_bytes = 0;
+  ~GroupComm() {
+    if (comm != nullptr) ncclCommAbort(comm);
+    if (scratch != nullptr) cudaFree(scratch);
+    if (own_stream && stream != nullptr) cudaStreamDestroy(stream);
+  }
 };
 
 namespace {
@@ -111,12 +112,7 @@ AdapterBroadcaster::AdapterBroadcaster(BroadcastRendezvous* rendezvous,
 
 AdapterBroadcaster::~AdapterBroadcaster() { Abort(); }
 
-void AdapterBroadcaster::Abort() {
-  if (comm_ == nullptr) return;
-  if (comm_->comm != nullptr) ncclCommAbort(comm_->comm);
-  if (comm_->own_stream && comm_->stream != nullptr) cudaStreamDestroy(comm_->stream);
-  comm_.reset();
-}
+void AdapterBroadcaster::Abort() { comm_.reset(); }
 
 bool AdapterBroadcaster::GenerationAlive() {
   const std::array<uint64_t, kMaxBroadcastMembers> live = rendezvous_->LiveMembers();
@@ -159,7 +155,7 @@ Status AdapterBroadcaster::Form(Deadline deadline) {
   std::memcpy(round.id.data(), &id, sizeof(id));
   MARLAAS_RETURN_IF_ERROR(rendezvous_->PublishRound(round));
 
-  comm_ = std::make_unique<Comm>();
+  comm_ = std::make_unique<GroupComm>();
   MARLAAS_ASSIGN_OR_RETURN(comm_->stream, StreamFor(options_, &comm_->own_stream));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
@@ -217,13 +213,7 @@ AdapterReceiver::~AdapterReceiver() {
   if (member_ >= 0) rendezvous_->Unregister(member_);
 }
 
-void AdapterReceiver::Abort() {
-  if (comm_ == nullptr) return;
-  if (comm_->comm != nullptr) ncclCommAbort(comm_->comm);
-  if (comm_->scratch != nullptr) cudaFree(comm_->scratch);
-  if (comm_->own_stream && comm_->stream != nullptr) cudaStreamDestroy(comm_->stream);
-  comm_.reset();
-}
+void AdapterReceiver::Abort() { comm_.reset(); }
 
 Status AdapterReceiver::Join() {
   MARLAAS_ASSIGN_OR_RETURN(member_, rendezvous_->Register());
@@ -232,7 +222,7 @@ Status AdapterReceiver::Join() {
 
 Status AdapterReceiver::JoinRound(const BroadcastRound& round, int rank, Deadline deadline) {
   Abort();
-  comm_ = std::make_unique<Comm>();
+  comm_ = std::make_unique<GroupComm>();
   MARLAAS_ASSIGN_OR_RETURN(comm_->stream, StreamFor(options_, &comm_->own_stream));
   ncclUniqueId id;
   std::memcpy(&id, round.id.data(), sizeof(id));

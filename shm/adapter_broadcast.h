@@ -24,6 +24,8 @@
 
 namespace marlaas {
 
+struct GroupComm;  // a communicator of one generation and its stream (adapter_broadcast.cc)
+
 struct BroadcastOptions {
   cudaStream_t stream = nullptr;  // where broadcasts run (after the caller's prior work on it)
 };
@@ -53,8 +55,7 @@ class AdapterBroadcaster {
   bool GenerationAlive();  // every member of the current generation still runs
   BroadcastRendezvous* rendezvous_;
   BroadcastOptions options_;
-  struct Comm;
-  std::unique_ptr<Comm> comm_;
+  std::unique_ptr<GroupComm> comm_;
   std::array<uint64_t, kMaxBroadcastMembers> members_{};  // of the current generation
   uint64_t generation_ = 0;
   uint64_t seq_ = 0;
@@ -89,8 +90,7 @@ class AdapterReceiver {
   void Abort();
   BroadcastRendezvous* rendezvous_;
   BroadcastOptions options_;
-  struct Comm;
-  std::unique_ptr<Comm> comm_;
+  std::unique_ptr<GroupComm> comm_;
   int member_ = -1;
   uint64_t generation_ = 0;
   uint64_t next_seq_ = 0;  // the announcement after the last one handled

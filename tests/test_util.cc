@@ -3,8 +3,10 @@
 #include <sys/mman.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "shm/stale_segments.h"
 
@@ -85,6 +87,24 @@ bool CheckPattern(uint64_t seq, const unsigned char* data, size_t n) {
   if (i < n) {
     uint64_t w = SplitMix64(&state);
     if (std::memcmp(data + i, &w, n - i) != 0) return false;
+  }
+  return true;
+}
+
+void* MapSharedBytes(size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+void UnmapSharedBytes(void* p, size_t bytes) {
+  if (p != nullptr) munmap(p, bytes);
+}
+
+bool WaitForFlag(const std::atomic<int>& flag, int seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (flag.load() == 0) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return true;
 }

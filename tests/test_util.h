@@ -7,7 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <functional>
+#include <new>
 #include <string>
 
 namespace marlaas::testing {
@@ -37,6 +39,22 @@ struct ChildExit {
 ChildExit WaitChild(pid_t pid);
 // SIGKILL and reap.
 ChildExit KillChild(pid_t pid);
+
+// A T constructed in an anonymous MAP_SHARED mapping, so forked children and the test share it
+// (flags, counters); UnmapShared releases it.
+void* MapSharedBytes(size_t bytes);
+void UnmapSharedBytes(void* p, size_t bytes);
+template <typename T>
+T* MapShared() {
+  return new (MapSharedBytes(sizeof(T))) T();
+}
+template <typename T>
+void UnmapShared(T* p) {
+  UnmapSharedBytes(p, sizeof(T));
+}
+
+// Waits until `flag` is non-zero (set by another process); false after `seconds`.
+bool WaitForFlag(const std::atomic<int>& flag, int seconds = 60);
 
 // Deterministic pseudo-random bytes for record `seq` (splitmix64 stream).
 void FillPattern(uint64_t seq, unsigned char* out, size_t n);

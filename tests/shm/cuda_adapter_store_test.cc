@@ -6,7 +6,6 @@
 // tests skip; the host-side behaviour of a CUDA IPC store is checked everywhere.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
-#include <sys/mman.h>
 
 #include <atomic>
 #include <chrono>
@@ -22,8 +21,11 @@ namespace {
 
 using testing::ForkChild;
 using testing::KillChild;
+using testing::MapShared;
 using testing::ScopedInstance;
+using testing::UnmapShared;
 using testing::WaitChild;
+using testing::WaitForFlag;
 
 // 32 MiB of f32 per buffer: the writer's fills are still running when it publishes, and a leaked
 // pair of buffers (64 MiB) stands well clear of the device's own bookkeeping.
@@ -44,21 +46,6 @@ struct Shared {
   std::atomic<uint64_t> reads, bad_reads;
   std::atomic<size_t> baseline;  // device free bytes before the writer allocated
 };
-
-Shared* MapShared() {
-  void* p =
-      mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  return new (p) Shared();
-}
-
-bool WaitFor(const std::atomic<int>& flag, int seconds = 60) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (flag.load() == 0) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
 
 size_t DeviceFreeBytes() {
   size_t free = 0, total = 0;
@@ -103,11 +90,9 @@ class CudaAdapterStoreTest : public ::testing::Test {
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     ASSERT_TRUE(store->Register(0, "tenant-a", Layout()).ok());
     store_.emplace(std::move(*store));
-    shared_ = MapShared();
+    shared_ = MapShared<Shared>();
   }
-  void TearDown() override {
-    if (shared_ != nullptr) munmap(shared_, sizeof(Shared));
-  }
+  void TearDown() override { UnmapShared(shared_); }
 
   ScopedInstance inst_;
   std::optional<AdapterStore> store_;
@@ -126,7 +111,7 @@ TEST_F(CudaAdapterStoreTest, ReaderCopiesOnlyWholeFinishedAdaptersAcrossProcesse
       sh->writer_ready.store(1);
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    WaitFor(sh->reader_done);  // readers' mappings need this process alive
+    WaitForFlag(sh->reader_done);  // readers' mappings need this process alive
     return 0;
   });
   const pid_t reader = ForkChild([&] {
@@ -178,7 +163,7 @@ TEST_F(CudaAdapterStoreTest, AKilledReaderDoesNotHoldUpTheWritersFree) {
     void* dst = nullptr;
     if (cudaMalloc(&dst, bytes) != cudaSuccess) return 21;
     sh->reader_ready.store(1);
-    if (!WaitFor(sh->writer_ready)) return 22;
+    if (!WaitForFlag(sh->writer_ready)) return 22;
     if (!store->ReadLatest(0, dst, bytes, Deadline::AfterMs(5000)).ok()) return 23;
     sh->reader_done.store(1);  // holds the mapping open until killed
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
@@ -188,19 +173,19 @@ TEST_F(CudaAdapterStoreTest, AKilledReaderDoesNotHoldUpTheWritersFree) {
     options.free_wait_ms = 20000;
     auto store = AdapterStore::Attach(name, CudaIpcMemory(options));
     if (!store.ok()) return 10;
-    if (!WaitFor(sh->reader_ready)) return 11;
+    if (!WaitForFlag(sh->reader_ready)) return 11;
     DeviceFreeBytes();  // this process's context first
     const size_t baseline = SettledFreeBytes();
     if (!WriteVersion(*store, 1)) return 12;
     cudaDeviceSynchronize();
     sh->writer_ready.store(1);
-    if (!WaitFor(sh->stop)) return 13;  // the parent killed the reader
+    if (!WaitForFlag(sh->stop)) return 13;  // the parent killed the reader
     const auto t0 = std::chrono::steady_clock::now();
     if (!store->FreeBuffers(0).ok()) return 14;
     if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(5)) return 15;  // waited
     return SettledFreeBytes() + kSlack >= baseline ? 0 : 16;                         // nothing kept
   });
-  ASSERT_TRUE(WaitFor(sh->reader_done)) << "the reader never mapped the adapter";
+  ASSERT_TRUE(WaitForFlag(sh->reader_done)) << "the reader never mapped the adapter";
   KillChild(reader);
   sh->stop.store(1);
   const auto w = WaitChild(writer);
@@ -214,7 +199,7 @@ TEST_F(CudaAdapterStoreTest, AKilledWritersMemoryComesBackWhenTheReaderSweeps) {
   const pid_t writer = ForkChild([&] {
     auto store = AdapterStore::Attach(name, CudaIpcMemory());
     if (!store.ok()) return 10;
-    if (!WaitFor(sh->baseline_ready)) return 11;  // the reader measured without this process
+    if (!WaitForFlag(sh->baseline_ready)) return 11;  // the reader measured without this process
     if (!WriteVersion(*store, 1)) return 12;
     cudaDeviceSynchronize();
     sh->writer_ready.store(1);
@@ -227,10 +212,10 @@ TEST_F(CudaAdapterStoreTest, AKilledWritersMemoryComesBackWhenTheReaderSweeps) {
     if (cudaMalloc(&dst, bytes) != cudaSuccess) return 21;
     const size_t baseline = SettledFreeBytes();
     sh->baseline_ready.store(1);
-    if (!WaitFor(sh->writer_ready)) return 22;
+    if (!WaitForFlag(sh->writer_ready)) return 22;
     if (!store->ReadLatest(0, dst, bytes, Deadline::AfterMs(5000)).ok()) return 23;
     sh->reader_ready.store(1);
-    if (!WaitFor(sh->stop)) return 24;  // the parent killed the writer
+    if (!WaitForFlag(sh->stop)) return 24;  // the parent killed the writer
     // The dead writer's buffers may stay allocated while this process maps them: Sweep lets go,
     // and the device's free memory comes back to what it was before the writer existed.
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -240,7 +225,7 @@ TEST_F(CudaAdapterStoreTest, AKilledWritersMemoryComesBackWhenTheReaderSweeps) {
     }
     return 25;
   });
-  ASSERT_TRUE(WaitFor(sh->reader_ready)) << "the reader never mapped the adapter";
+  ASSERT_TRUE(WaitForFlag(sh->reader_ready)) << "the reader never mapped the adapter";
   KillChild(writer);
   sh->stop.store(1);
   const auto r = WaitChild(reader);

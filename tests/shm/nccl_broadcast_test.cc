@@ -5,7 +5,6 @@
 // NCCL refuses two ranks on one GPU, so with fewer than two GPUs this skips and says so.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
-#include <sys/mman.h>
 
 #include <atomic>
 #include <chrono>
@@ -21,23 +20,17 @@ namespace {
 
 using testing::ForkChild;
 using testing::KillChild;
+using testing::MapShared;
 using testing::ScopedInstance;
+using testing::UnmapShared;
 using testing::WaitChild;
+using testing::WaitForFlag;
 
 constexpr size_t kBytes = 4 << 20;
 
 struct Shared {
   std::atomic<int> a_done, a_killed, b_done, root_broke;
 };
-
-bool WaitFor(const std::atomic<int>& flag, int seconds = 120) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (flag.load() == 0) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
 
 // Receives until it holds `want[slot]` of every slot, each buffer all bytes == version.
 int Member(const std::string& instance, const std::vector<uint64_t>& want) {
@@ -76,9 +69,7 @@ TEST(NcclBroadcastTest, MembersGetEveryTenantAndTheGroupReformsAfterAKill) {
   ScopedInstance inst;
   auto created = ShmRendezvous::Create(inst.name());
   ASSERT_TRUE(created.ok()) << created.status().ToString();
-  auto* sh =
-      new (mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0))
-          Shared();
+  auto* sh = MapShared<Shared>();
   const std::string name = inst.name();
 
   const pid_t root = ForkChild([&] {
@@ -106,7 +97,7 @@ TEST(NcclBroadcastTest, MembersGetEveryTenantAndTheGroupReformsAfterAKill) {
     for (uint64_t v = 1; v <= 5; ++v)
       for (int slot = 0; slot < 2; ++slot)
         if (!publish(slot, v).ok()) return 14;
-    if (!WaitFor(sh->a_done) || !WaitFor(sh->a_killed)) return 15;
+    if (!WaitForFlag(sh->a_done) || !WaitForFlag(sh->a_killed)) return 15;
     // Phase 2: A is dead. The next broadcast fails (it must not hang).
     const auto t0 = std::chrono::steady_clock::now();
     const Status broke = publish(0, 6);
@@ -123,7 +114,7 @@ TEST(NcclBroadcastTest, MembersGetEveryTenantAndTheGroupReformsAfterAKill) {
     for (int slot = 0; slot < 2; ++slot)
       if (!caster.Broadcast(slot, version[slot], buf[slot], kBytes, Deadline::AfterMs(30000)).ok())
         return 19;
-    return WaitFor(sh->b_done) ? 0 : 20;
+    return WaitForFlag(sh->b_done) ? 0 : 20;
   });
   const pid_t a = ForkChild([&] {
     const int rc = Member(name, {5, 5});
@@ -131,11 +122,11 @@ TEST(NcclBroadcastTest, MembersGetEveryTenantAndTheGroupReformsAfterAKill) {
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
     return rc;
   });
-  ASSERT_TRUE(WaitFor(sh->a_done)) << "member A never got both tenants";
+  ASSERT_TRUE(WaitForFlag(sh->a_done)) << "member A never got both tenants";
   EXPECT_EQ(sh->a_done.load(), 1) << "member A saw wrong content";
   KillChild(a);
   sh->a_killed.store(1);
-  ASSERT_TRUE(WaitFor(sh->root_broke)) << "the root did not notice the dead member";
+  ASSERT_TRUE(WaitForFlag(sh->root_broke)) << "the root did not notice the dead member";
   const pid_t b = ForkChild([&] {
     const int rc = Member(name, {6, 5});  // slot 0 moved on to 6 while A was gone
     sh->b_done.store(1);
@@ -145,7 +136,7 @@ TEST(NcclBroadcastTest, MembersGetEveryTenantAndTheGroupReformsAfterAKill) {
   const auto rr = WaitChild(root);
   EXPECT_TRUE(rb.exited && rb.code == 0) << "member B exit " << rb.code << " signal " << rb.signal;
   EXPECT_TRUE(rr.exited && rr.code == 0) << "root exit " << rr.code << " signal " << rr.signal;
-  munmap(sh, sizeof(Shared));
+  UnmapShared(sh);
 }
 
 }  // namespace

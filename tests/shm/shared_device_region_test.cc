@@ -6,7 +6,6 @@
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
-#include <sys/mman.h>
 
 #include <atomic>
 #include <chrono>
@@ -21,23 +20,17 @@ namespace {
 
 using testing::ForkChild;
 using testing::KillChild;
+using testing::MapShared;
 using testing::ScopedInstance;
+using testing::UnmapShared;
 using testing::WaitChild;
+using testing::WaitForFlag;
 
 constexpr uint64_t kBytes = 256ull << 20;  // a quarter GiB: far above the device's own churn
 
 struct Shared {
   std::atomic<int> owner_ready, opener_done;
 };
-
-bool WaitFor(const std::atomic<int>& flag, int seconds = 60) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (flag.load() == 0) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
 
 SharedDeviceRegion::Fill FillWith(int byte) {
   return [byte](void* p, uint64_t n) {
@@ -57,12 +50,9 @@ class SharedDeviceRegionTest : public ::testing::Test {
   void SetUp() override {
     const GpuInfo gpus = QueryGpusInChild();
     if (gpus.devices.empty()) GTEST_SKIP() << "needs a CUDA GPU: " << gpus.why_none;
-    sh_ = new (mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
-                    0)) Shared();
+    sh_ = MapShared<Shared>();
   }
-  void TearDown() override {
-    if (sh_ != nullptr) munmap(sh_, sizeof(Shared));
-  }
+  void TearDown() override { UnmapShared(sh_); }
   ScopedInstance inst_;
   Shared* sh_ = nullptr;
 };
@@ -75,10 +65,10 @@ TEST_F(SharedDeviceRegionTest, TheSecondProcessOpensTheOwnersCopyAndAForeignKeyI
                                                    Deadline::AfterMs(30000));
     if (!region.ok() || !region->owner()) return 10;
     sh->owner_ready.store(1);
-    return WaitFor(sh->opener_done) ? 0 : 11;  // frees after the opener closed
+    return WaitForFlag(sh->opener_done) ? 0 : 11;  // frees after the opener closed
   });
   const pid_t opener = ForkChild([&] {
-    if (!WaitFor(sh->owner_ready)) return 20;
+    if (!WaitForFlag(sh->owner_ready)) return 20;
     FreeBytes();  // this process's context first
     const size_t before = FreeBytes();
     int rc = 0;
@@ -123,7 +113,7 @@ TEST_F(SharedDeviceRegionTest, ANewProcessTakesOverFromAKilledOwner) {
     sh->owner_ready.store(1);
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   });
-  ASSERT_TRUE(WaitFor(sh->owner_ready));
+  ASSERT_TRUE(WaitForFlag(sh->owner_ready));
   KillChild(owner);
   const pid_t next = ForkChild([&] {
     auto region = SharedDeviceRegion::OpenOrCreate(name, "base", kBytes, "model-a", FillWith(2),
