@@ -88,7 +88,9 @@ Result<cudaStream_t> StreamFor(const BroadcastOptions& options, bool* own) {
   *own = options.stream == nullptr;
   if (!*own) return options.stream;
   cudaStream_t s = nullptr;
-  const cudaError_t err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  // A blocking stream: it waits for the legacy default stream, so a broadcast starts after the
+  // caller's writes there (and a received adapter lands after the caller's reads there).
+  const cudaError_t err = cudaStreamCreate(&s);
   if (err != cudaSuccess) {
     cudaGetLastError();
     return Status(StatusCode::kInternal,
@@ -117,13 +119,16 @@ void AdapterBroadcaster::Abort() { comm_.reset(); }
 bool AdapterBroadcaster::GenerationAlive() {
   const std::array<uint64_t, kMaxBroadcastMembers> live = rendezvous_->LiveMembers();
   for (size_t m = 0; m < live.size(); ++m) {
-    if (members_[m] != 0 && live[m] != members_[m]) return false;  // died (or replaced)
+    if (members_[m] == 0) continue;
+    if (live[m] != members_[m]) return false;                              // died (or replaced)
+    if (rendezvous_->LeftGeneration(int(m)) >= generation_) return false;  // gave up on it
   }
   return true;
 }
 
 bool AdapterBroadcaster::NeedsForming() {
-  return failed_ || generation_ == 0 || rendezvous_->LiveMembers() != members_;
+  return failed_ || generation_ == 0 || rendezvous_->LiveMembers() != members_ ||
+         !GenerationAlive();
 }
 
 Status AdapterBroadcaster::Form(Deadline deadline) {
@@ -161,8 +166,7 @@ Status AdapterBroadcaster::Form(Deadline deadline) {
   config.blocking = 0;
   r = ncclCommInitRankConfig(&comm_->comm, world, id, 0, &config);
   if (r != ncclSuccess && r != ncclInProgress) {
-    comm_->comm = nullptr;
-    Abort();
+    Abort();  // aborts whatever NCCL left in comm_->comm
     return NcclError("ncclCommInitRankConfig (root)", r);
   }
   const auto members_alive = [&] { return GenerationAlive(); };
@@ -215,6 +219,17 @@ AdapterReceiver::~AdapterReceiver() {
 
 void AdapterReceiver::Abort() { comm_.reset(); }
 
+void AdapterReceiver::Abandon() {
+  Abort();
+  rendezvous_->Leave(member_, generation_);  // the root forms a generation without this one
+}
+
+bool AdapterReceiver::GroupCurrent() {
+  if (!rendezvous_->RootAlive()) return false;
+  auto round = rendezvous_->LatestRound();
+  return !round.ok() || round->generation <= generation_;  // a newer one: the root moved on
+}
+
 Status AdapterReceiver::Join() {
   MARLAAS_ASSIGN_OR_RETURN(member_, rendezvous_->Register());
   return Status::Ok();
@@ -222,28 +237,29 @@ Status AdapterReceiver::Join() {
 
 Status AdapterReceiver::JoinRound(const BroadcastRound& round, int rank, Deadline deadline) {
   Abort();
+  generation_ = round.generation;  // never joined twice (its id is used up), whatever happens
+  next_seq_ = round.first_seq;
   comm_ = std::make_unique<GroupComm>();
-  MARLAAS_ASSIGN_OR_RETURN(comm_->stream, StreamFor(options_, &comm_->own_stream));
+  auto stream = StreamFor(options_, &comm_->own_stream);
+  if (!stream.ok()) {
+    Abandon();
+    return stream.status();
+  }
+  comm_->stream = *stream;
   ncclUniqueId id;
   std::memcpy(&id, round.id.data(), sizeof(id));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   const ncclResult_t r = ncclCommInitRankConfig(&comm_->comm, round.world_size, id, rank, &config);
   if (r != ncclSuccess && r != ncclInProgress) {
-    comm_->comm = nullptr;
-    Abort();
+    Abandon();  // aborts whatever NCCL left in comm_->comm
     return NcclError("ncclCommInitRankConfig (member)", r);
   }
-  const auto root_alive = [&] { return rendezvous_->RootAlive(); };
-  Status st = WaitComm(comm_->comm, CollectiveDeadline(deadline), root_alive,
-                       "joining the broadcast group");
-  if (!st.ok()) {
-    Abort();
-    return st;
-  }
-  generation_ = round.generation;
-  next_seq_ = round.first_seq;
-  return Status::Ok();
+  const auto group_ok = [&] { return GroupCurrent(); };
+  Status st =
+      WaitComm(comm_->comm, CollectiveDeadline(deadline), group_ok, "joining the broadcast group");
+  if (!st.ok()) Abandon();
+  return st;
 }
 
 Result<ReceivedAdapter> AdapterReceiver::Receive(void* dst, size_t capacity, Deadline deadline) {
@@ -261,6 +277,7 @@ Result<ReceivedAdapter> AdapterReceiver::Receive(void* dst, size_t capacity, Dea
         MARLAAS_RETURN_IF_ERROR(JoinRound(*round, round->rank_of[m], deadline));
       } else {
         Abort();  // a generation without us: the root will include us in its next one
+        generation_ = round->generation;
       }
     }
     if (comm_ == nullptr) {
@@ -275,8 +292,7 @@ Result<ReceivedAdapter> AdapterReceiver::Receive(void* dst, size_t capacity, Dea
         next_seq_, slice.Remaining() < deadline.Remaining() ? slice : deadline);
     if (!a.ok()) {
       if (a.status().code() != StatusCode::kUnavailable) {
-        Abort();  // fell behind the ring: re-join with the next generation
-        generation_ = 0;
+        Abandon();  // fell behind the ring: join the root's next generation
         return a.status();
       }
       if (deadline.Expired()) return a.status();
@@ -302,16 +318,16 @@ Result<ReceivedAdapter> AdapterReceiver::Receive(void* dst, size_t capacity, Dea
       }
       buffer = comm_->scratch;
     }
-    const auto root_alive = [&] { return rendezvous_->RootAlive(); };
+    const auto group_ok = [&] { return GroupCurrent(); };
     const Deadline collective = CollectiveDeadline(deadline);
     ncclResult_t r =
         ncclBroadcast(buffer, buffer, a->bytes, ncclUint8, 0, comm_->comm, comm_->stream);
     Status st = r == ncclSuccess || r == ncclInProgress
-                    ? WaitComm(comm_->comm, collective, root_alive, "ncclBroadcast (member)")
+                    ? WaitComm(comm_->comm, collective, group_ok, "ncclBroadcast (member)")
                     : NcclError("ncclBroadcast (member)", r);
-    if (st.ok()) st = WaitStream(comm_->comm, comm_->stream, collective, root_alive);
+    if (st.ok()) st = WaitStream(comm_->comm, comm_->stream, collective, group_ok);
     if (!st.ok()) {
-      Abort();
+      Abandon();
       return st;
     }
     ++next_seq_;

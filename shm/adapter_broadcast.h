@@ -27,7 +27,10 @@ namespace marlaas {
 struct GroupComm;  // a communicator of one generation and its stream (adapter_broadcast.cc)
 
 struct BroadcastOptions {
-  cudaStream_t stream = nullptr;  // where broadcasts run (after the caller's prior work on it)
+  // Where broadcasts run, after the caller's prior work on it. Default: a blocking stream of
+  // the group's own, which waits for the legacy default stream (where the caller's writes of the
+  // adapter, or its reads of the previous one, were queued).
+  cudaStream_t stream = nullptr;
 };
 
 class AdapterBroadcaster {
@@ -88,6 +91,8 @@ class AdapterReceiver {
  private:
   Status JoinRound(const BroadcastRound& round, int rank, Deadline deadline);
   void Abort();
+  void Abandon();       // Abort, and tell the root this member left its generation
+  bool GroupCurrent();  // the root runs and has not moved on to a newer generation
   BroadcastRendezvous* rendezvous_;
   BroadcastOptions options_;
   std::unique_ptr<GroupComm> comm_;

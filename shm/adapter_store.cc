@@ -244,7 +244,14 @@ Result<uint64_t> AdapterStore::ReadLatest(int slot, void* dst, size_t dst_bytes,
     const uint64_t seq1 = b.seq.load(std::memory_order_acquire);
     if ((seq1 & 1) == 0) {
       const uint64_t version = b.version.load(std::memory_order_relaxed);
-      MARLAAS_RETURN_IF_ERROR(memory_->CopyOut(slot, buffer, dst, bytes));
+      const Status copied = memory_->CopyOut(slot, buffer, dst, bytes);
+      // kUnavailable: device buffers being replaced or retired right now; retry to the deadline.
+      if (!copied.ok() && copied.code() != StatusCode::kUnavailable) return copied;
+      if (!copied.ok()) {
+        if (deadline.Expired()) return copied;
+        sched_yield();
+        continue;
+      }
       // SYNC POINT READ: the copy completes before the re-check of seq.
       std::atomic_thread_fence(std::memory_order_acquire);
       if (b.seq.load(std::memory_order_relaxed) == seq1) {

@@ -18,7 +18,8 @@ struct ShmRendezvous::Layout {
   std::atomic<uint64_t> root;  // ProcessIdentity::Pack() of the root; WRITER: the root
   // WRITER of slot m: the member that CAS-claimed it (identity 0 -> its own).
   std::atomic<uint64_t> members[kMaxBroadcastMembers];
-  SeqlockCell<BroadcastRound> round;  // WRITER: the root
+  std::atomic<uint64_t> left[kMaxBroadcastMembers];  // WRITER of slot m: its member
+  SeqlockCell<BroadcastRound> round;                 // WRITER: the root
   // SYNC POINT: release-incremented by the root after announcements[(n-1) % ring] is stored;
   // members acquire-load it before reading that entry.
   std::atomic<uint64_t> announced;
@@ -51,15 +52,17 @@ ShmRendezvous::Layout* ShmRendezvous::layout() const {
 }
 
 Status ShmRendezvous::ClaimRoot() {
-  const uint64_t current = layout()->root.load();
   const uint64_t self = SelfIdentity().Pack();
-  if (current != 0 && current != self && IsAlive(ProcessIdentity::Unpack(current))) {
-    return Status(StatusCode::kAlreadyExists,
-                  "the broadcast group already has a live root (pid " +
-                      std::to_string(ProcessIdentity::Unpack(current).pid) + ")");
+  for (;;) {
+    uint64_t current = layout()->root.load();
+    if (current == self) return Status::Ok();
+    if (current != 0 && IsAlive(ProcessIdentity::Unpack(current))) {
+      return Status(StatusCode::kAlreadyExists,
+                    "the broadcast group already has a live root (pid " +
+                        std::to_string(ProcessIdentity::Unpack(current).pid) + ")");
+    }
+    if (layout()->root.compare_exchange_strong(current, self)) return Status::Ok();
   }
-  layout()->root.store(self);
-  return Status::Ok();
 }
 
 std::array<uint64_t, kMaxBroadcastMembers> ShmRendezvous::LiveMembers() {
@@ -92,7 +95,10 @@ Result<int> ShmRendezvous::Register() {
     uint64_t id = layout()->members[m].load();
     if (id == self) return m;
     if (id != 0 && IsAlive(ProcessIdentity::Unpack(id))) continue;
-    if (layout()->members[m].compare_exchange_strong(id, self)) return m;
+    if (layout()->members[m].compare_exchange_strong(id, self)) {
+      layout()->left[m].store(0);
+      return m;
+    }
   }
   return Status(StatusCode::kResourceExhausted,
                 "all " + std::to_string(kMaxBroadcastMembers) +
@@ -103,6 +109,14 @@ void ShmRendezvous::Unregister(int member) {
   if (member < 0 || member >= kMaxBroadcastMembers) return;
   uint64_t self = SelfIdentity().Pack();
   layout()->members[member].compare_exchange_strong(self, 0);
+}
+
+void ShmRendezvous::Leave(int member, uint64_t generation) {
+  if (member >= 0 && member < kMaxBroadcastMembers) layout()->left[member].store(generation);
+}
+
+uint64_t ShmRendezvous::LeftGeneration(int member) {
+  return member >= 0 && member < kMaxBroadcastMembers ? layout()->left[member].load() : 0;
 }
 
 Result<BroadcastRound> ShmRendezvous::LatestRound() {

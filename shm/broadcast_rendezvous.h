@@ -9,7 +9,7 @@
 // service's shared memory (segment "nccl") for one node.
 //
 // Who calls what: the root calls LiveMembers, PublishRound and Announce; a member calls Register,
-// LatestRound, AnnouncementAt and RootAlive. Every wait is bounded by the caller's Deadline.
+// LatestRound, AnnouncementAt, Leave and RootAlive. Every wait is bounded by the caller's Deadline.
 #pragma once
 
 #include <array>
@@ -65,6 +65,10 @@ class BroadcastRendezvous {
   // processes); Unregister gives it back.
   virtual Result<int> Register() = 0;
   virtual void Unregister(int member) = 0;
+  // A member gave up on `generation` (its communicator was aborted): the root forms a new one.
+  virtual void Leave(int member, uint64_t generation) = 0;
+  // Root: the last generation member slot `member` left (0: none).
+  virtual uint64_t LeftGeneration(int member) = 0;
   virtual Result<BroadcastRound> LatestRound() = 0;
   // The announcement with sequence `seq`, once the root has made it; kUnavailable at `deadline`,
   // kResourceExhausted when the ring has moved past it.
@@ -88,6 +92,8 @@ class ShmRendezvous : public BroadcastRendezvous {
   Result<uint64_t> Announce(const BroadcastAnnouncement& a) override;
   Result<int> Register() override;
   void Unregister(int member) override;
+  void Leave(int member, uint64_t generation) override;
+  uint64_t LeftGeneration(int member) override;
   Result<BroadcastRound> LatestRound() override;
   Result<BroadcastAnnouncement> AnnouncementAt(uint64_t seq, Deadline deadline) override;
   bool RootAlive() override;

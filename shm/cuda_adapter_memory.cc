@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -59,7 +60,14 @@ class CudaIpcAdapterMemory : public AdapterMemory {
 
   ~CudaIpcAdapterMemory() override {
     for (size_t slot = 0; slot < mapped_.size(); ++slot) CloseMapping(int(slot));
-    for (size_t slot = 0; slot < owned_.size(); ++slot) (void)FreeBuffers(int(slot));
+    for (size_t slot = 0; slot < owned_.size(); ++slot) Retire(int(slot));
+    (void)Reap(Deadline::AfterMs(options_.free_wait_ms));
+    for (const Pending& p : pending_) {
+      // Freeing memory a live reader still maps is undefined behaviour; leaving it is not: it
+      // goes back to the device when this process exits.
+      std::fprintf(stderr, "adapter slot %d: readers %s still map its buffers; left allocated\n",
+                   p.slot, p.holders.c_str());
+    }
     if (read_stream_ != nullptr) cudaStreamDestroy(read_stream_);
   }
 
@@ -69,7 +77,10 @@ class CudaIpcAdapterMemory : public AdapterMemory {
 
   Result<void*> WritableBuffer(int slot, int buffer) override {
     Owned& o = owned_[size_t(slot)];
-    if (o.ptr[0] == nullptr) MARLAAS_RETURN_IF_ERROR(Allocate(slot));
+    if (o.ptr[0] == nullptr) {
+      (void)Reap(Deadline::Now());  // retired buffers whose readers have let go since
+      MARLAAS_RETURN_IF_ERROR(Allocate(slot));
+    }
     return o.ptr[buffer];
   }
 
@@ -88,47 +99,40 @@ class CudaIpcAdapterMemory : public AdapterMemory {
       return Status(StatusCode::kInvalidArgument,
                     "copy of " + std::to_string(bytes) + " bytes exceeds the adapter buffer size");
     }
-    MARLAAS_RETURN_IF_ERROR(OpenMapping(slot));
-    Mapped& m = mapped_[size_t(slot)];
+    // The writer reading its own slot copies from its own buffers (a process cannot open the
+    // IPC handles it exported).
+    const Owned& own = owned_[size_t(slot)];
+    const bool mine =
+        own.ptr[0] != nullptr &&
+        records_[slot].state.load(std::memory_order_acquire) == ((own.epoch << 1) | 1);
+    if (!mine) MARLAAS_RETURN_IF_ERROR(OpenMapping(slot));
+    const Mapped& m = mapped_[size_t(slot)];
+    void* src = mine ? own.ptr[buffer] : m.ptr[buffer];
+    cudaEvent_t written = mine ? own.event[buffer] : m.event[buffer];
     if (read_stream_ == nullptr) {
       MARLAAS_CUDA_RETURN("cudaStreamCreateWithFlags",
                           cudaStreamCreateWithFlags(&read_stream_, cudaStreamNonBlocking));
     }
     // Ordered after the writer's last writes to this buffer: the event it recorded before
-    // publishing. A later rewrite is caught by the store's seqlock re-check after this returns.
-    MARLAAS_CUDA_RETURN("cudaStreamWaitEvent",
-                        cudaStreamWaitEvent(read_stream_, m.event[buffer], 0));
-    MARLAAS_CUDA_RETURN("cudaMemcpyAsync", cudaMemcpyAsync(dst, m.ptr[buffer], bytes,
-                                                           cudaMemcpyDefault, read_stream_));
+    // publishing. A later rewrite is caught by the store's seqlock re-check after this returns,
+    // which is sound because this copy is complete before we return and the writer queues its
+    // GPU writes only after BeginWrite marked the buffer (cuda_adapter_memory.h).
+    MARLAAS_CUDA_RETURN("cudaStreamWaitEvent", cudaStreamWaitEvent(read_stream_, written, 0));
+    MARLAAS_CUDA_RETURN("cudaMemcpyAsync",
+                        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, read_stream_));
     MARLAAS_CUDA_RETURN("cudaStreamSynchronize", cudaStreamSynchronize(read_stream_));
     return Status::Ok();
   }
 
   Status FreeBuffers(int slot) override {
-    Owned& o = owned_[size_t(slot)];
-    if (o.ptr[0] == nullptr) return Status::Ok();
-    IpcSlotRecord& r = records_[slot];
-    r.state.store(o.epoch << 1, std::memory_order_seq_cst);  // not available any more
-    // Wait for live readers of this allocation to close it (they do on their next Sweep or copy).
-    const std::string holders =
-        WaitForIpcReaders(r.readers, o.epoch, Deadline::AfterMs(options_.free_wait_ms));
-    if (!holders.empty()) {
-      std::fprintf(stderr,
-                   "adapter slot %d: readers %s still hold its buffers after %lld ms; freeing\n",
-                   slot, holders.c_str(), static_cast<long long>(options_.free_wait_ms));
-    }
-    Status st;
-    for (int b = 0; b < 2; ++b) {
-      const cudaError_t ev = o.event[b] != nullptr ? cudaEventDestroy(o.event[b]) : cudaSuccess;
-      if (ev != cudaSuccess && st.ok()) st = CudaError("cudaEventDestroy", ev);
-      const cudaError_t mem = o.ptr[b] != nullptr ? cudaFree(o.ptr[b]) : cudaSuccess;
-      if (mem != cudaSuccess && st.ok()) st = CudaError("cudaFree", mem);
-    }
-    o = Owned{};
-    return st;
+    if (owned_[size_t(slot)].ptr[0] == nullptr) return Status::Ok();
+    Retire(slot);
+    // Readers close on their next Sweep or copy; a short wait lets the common case free now.
+    return Reap(Deadline::AfterMs(std::min<int64_t>(options_.free_wait_ms, 200)));
   }
 
   void Sweep() override {
+    (void)Reap(Deadline::Now());  // writer: retired buffers whose readers let go
     for (size_t slot = 0; slot < mapped_.size(); ++slot) {
       Mapped& m = mapped_[slot];
       if (m.ptr[0] == nullptr) continue;
@@ -145,6 +149,43 @@ class CudaIpcAdapterMemory : public AdapterMemory {
     void* ptr[2] = {nullptr, nullptr};
     cudaEvent_t event[2] = {nullptr, nullptr};
   };
+  struct Pending {  // writer side: retired buffers waiting for their readers to let go
+    int slot;
+    Owned o;
+    std::string holders;  // pids of the live readers at the last look
+  };
+
+  // Unpublishes `slot`'s buffers: no reader opens them any more; they wait in pending_.
+  void Retire(int slot) {
+    Owned& o = owned_[size_t(slot)];
+    if (o.ptr[0] == nullptr) return;
+    records_[slot].state.store(o.epoch << 1, std::memory_order_seq_cst);
+    pending_.push_back(Pending{slot, o, {}});
+    o = Owned{};
+  }
+
+  // Frees the retired buffers that no live reader maps, waiting for readers until `deadline`.
+  // Never frees memory a live reader maps (undefined behaviour in CUDA IPC).
+  Status Reap(Deadline deadline) {
+    Status st;
+    for (size_t i = 0; i < pending_.size();) {
+      Pending& p = pending_[i];
+      p.holders = WaitForIpcReaders(records_[p.slot].readers, p.o.epoch, deadline);
+      if (!p.holders.empty()) {
+        ++i;
+        continue;
+      }
+      for (int b = 0; b < 2; ++b) {
+        const cudaError_t ev = p.o.event[b] ? cudaEventDestroy(p.o.event[b]) : cudaSuccess;
+        if (ev != cudaSuccess && st.ok()) st = CudaError("cudaEventDestroy", ev);
+        const cudaError_t mem = p.o.ptr[b] ? cudaFree(p.o.ptr[b]) : cudaSuccess;
+        if (mem != cudaSuccess && st.ok()) st = CudaError("cudaFree", mem);
+      }
+      pending_.erase(pending_.begin() + std::ptrdiff_t(i));
+    }
+    return st;
+  }
+
   struct Mapped {  // reader side
     uint64_t epoch = 0;
     int reader_entry = -1;
@@ -285,6 +326,7 @@ class CudaIpcAdapterMemory : public AdapterMemory {
   uint64_t self_;
   std::vector<Owned> owned_;
   std::vector<Mapped> mapped_;
+  std::vector<Pending> pending_;
   cudaStream_t read_stream_ = nullptr;
 };
 

@@ -1,9 +1,14 @@
 // The adapter store's CUDA backend: each slot's two buffers live in the writer's device memory and
 // cross to reader processes on the same GPU as CUDA IPC handles (protocol: adapter_ipc_layout.h).
 //  - Writer (the trainer): allocates a slot's buffers and their interprocess events on first
-//    write, records the buffer's event on `stream` after its writes (FinishWrite), and frees the
-//    buffers when its tenant leaves (FreeBuffers, after live readers let go) or when this object
-//    is destroyed.
+//    write, records the buffer's event on `write_stream` after its writes (FinishWrite), and
+//    retires the buffers when its tenant leaves (FreeBuffers). Retired buffers are freed only
+//    once no live reader maps them (freeing memory another process maps is undefined behaviour
+//    in CUDA IPC): at once when the readers already let go, else on a later FreeBuffers, write
+//    or Sweep. At destruction, buffers still mapped by live readers are left to process exit.
+//    Every write to a buffer must go on `write_stream` and be queued after BeginWrite: that, and
+//    CopyOut completing before it returns, is what makes the store's seqlock re-check sound for
+//    GPU copies.
 //  - Reader (a rollout on the same GPU): opens a slot's handles once per allocation, and copies
 //    on swap on its own stream, ordered after the writer's last writes by the event; Sweep closes
 //    the mappings of freed buffers and of dead writers.
@@ -22,7 +27,8 @@ namespace marlaas {
 struct CudaIpcOptions {
   // The stream the writer's writes to a buffer were issued on (FinishWrite records after them).
   cudaStream_t write_stream = nullptr;
-  // How long FreeBuffers waits for live readers to close the buffers before it frees anyway.
+  // How long the destructor waits for live readers to let go of retired buffers (FreeBuffers
+  // waits at most 200 ms, then leaves them to a later call).
   int64_t free_wait_ms = 2000;
 };
 

@@ -51,6 +51,7 @@ struct SharedDeviceRegion::Record {
   std::atomic<uint64_t> state;
   // The owner's ProcessIdentity, CAS-claimed (from 0 or a dead owner) before it allocates.
   std::atomic<uint64_t> owner;
+  std::atomic<uint64_t> publisher;  // the owner that wrote the fields below
   unsigned char device_uuid[16];
   uint64_t bytes;
   char key[kKeyBytes];
@@ -92,13 +93,111 @@ SharedDeviceRegion::~SharedDeviceRegion() {
   }
   r->state.store(epoch_ << 1, std::memory_order_seq_cst);  // unpublished: nobody opens it now
   const std::string holders = WaitForIpcReaders(r->readers, epoch_, Deadline::AfterMs(kFreeWaitMs));
-  if (!holders.empty()) {
-    std::fprintf(stderr, "device region %s: processes %s still hold it; freeing\n",
+  if (holders.empty()) {
+    cudaFree(data_);
+  } else {
+    // Freeing memory another process maps is undefined behaviour in CUDA IPC; leaving it is
+    // not: it goes back to the device when this process exits.
+    std::fprintf(stderr, "device region %s: processes %s still map it; left allocated\n",
                  segment_.name().name.c_str(), holders.c_str());
   }
-  cudaFree(data_);
   uint64_t self = SelfIdentity().Pack();
   r->owner.compare_exchange_strong(self, 0);
+}
+
+Result<SharedDeviceRegion> SharedDeviceRegion::Publish(Segment& seg, const std::string& name,
+                                                       uint64_t bytes, const std::string& key,
+                                                       const Fill& fill) {
+  Record* r = static_cast<Record*>(seg.payload());
+  const uint64_t self = SelfIdentity().Pack();
+  const uint64_t epoch = (r->state.load(std::memory_order_acquire) >> 1) + 1;
+  r->state.store(epoch << 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);  // even before the fields change
+  void* data = nullptr;
+  auto give_up = [&](const Status& st) {
+    if (data != nullptr) cudaFree(data);
+    uint64_t me = self;
+    r->owner.compare_exchange_strong(me, 0);
+    return st;
+  };
+  unsigned char mine[16];
+  Status st = DeviceUuid(mine);
+  if (!st.ok()) return give_up(st);
+  cudaError_t err = cudaMalloc(&data, bytes);
+  if (err != cudaSuccess) {
+    data = nullptr;
+    return give_up(CudaFailure(
+        "cudaMalloc of device region '" + name + "' (" + std::to_string(bytes) + " bytes)", err));
+  }
+  st = fill ? fill(data, bytes) : Status::Ok();
+  if (!st.ok()) return give_up(st.Annotate("filling device region '" + name + "'"));
+  err = cudaDeviceSynchronize();
+  if (err != cudaSuccess) return give_up(CudaFailure("cudaDeviceSynchronize", err));
+  cudaIpcMemHandle_t handle;
+  err = cudaIpcGetMemHandle(&handle, data);
+  if (err != cudaSuccess) return give_up(CudaFailure("cudaIpcGetMemHandle", err));
+  r->publisher.store(self, std::memory_order_relaxed);
+  std::memcpy(r->device_uuid, mine, 16);
+  r->bytes = bytes;
+  std::memset(r->key, 0, kKeyBytes);
+  std::memcpy(r->key, key.data(), key.size());
+  std::memcpy(r->mem, &handle, sizeof(handle));
+  r->state.store((epoch << 1) | 1, std::memory_order_release);
+  return SharedDeviceRegion(std::move(seg), data, bytes, true, epoch, -1);
+}
+
+Result<SharedDeviceRegion> SharedDeviceRegion::Open(Segment& seg, const std::string& name,
+                                                    uint64_t bytes, const std::string& key,
+                                                    uint64_t state) {
+  Record* r = static_cast<Record*>(seg.payload());
+  const uint64_t self = SelfIdentity().Pack();
+  char held_key[kKeyBytes];
+  unsigned char uuid[16];
+  cudaIpcMemHandle_t handle;
+  std::memcpy(held_key, r->key, kKeyBytes);
+  std::memcpy(uuid, r->device_uuid, 16);
+  std::memcpy(&handle, r->mem, sizeof(handle));
+  const uint64_t held_bytes = r->bytes;
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (r->state.load(std::memory_order_relaxed) != state)
+    return Status(StatusCode::kUnavailable, "changing");
+  held_key[kKeyBytes - 1] = 0;
+  if (held_bytes != bytes || key != held_key) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "device region '" + name + "' holds '" + held_key + "' (" +
+                      std::to_string(held_bytes) + " bytes), not '" + key + "' (" +
+                      std::to_string(bytes) + " bytes)");
+  }
+  unsigned char mine[16];
+  MARLAAS_RETURN_IF_ERROR(DeviceUuid(mine));
+  if (std::memcmp(uuid, mine, 16) != 0) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "device region '" + name + "' lives on another GPU than this process's");
+  }
+  const uint64_t epoch = state >> 1;
+  for (const IpcReaderEntry& e : r->readers) {
+    if (e.identity.load() == self && e.epoch.load() == epoch) {
+      return Status(StatusCode::kAlreadyExists,
+                    "this process has device region '" + name + "' open already");
+    }
+  }
+  const int entry = ClaimIpcReader(r->readers, self, epoch);
+  if (entry < 0) {
+    return Status(StatusCode::kResourceExhausted, "device region '" + name + "' has " +
+                                                      std::to_string(kMaxIpcReaders) +
+                                                      " live openers already");
+  }
+  if (r->state.load(std::memory_order_seq_cst) != state) {  // unpublished meanwhile
+    ReleaseIpcReader(r->readers, entry);
+    return Status(StatusCode::kUnavailable, "unpublished");
+  }
+  void* data = nullptr;
+  const cudaError_t err = cudaIpcOpenMemHandle(&data, handle, cudaIpcMemLazyEnablePeerAccess);
+  if (err != cudaSuccess) {
+    ReleaseIpcReader(r->readers, entry);
+    return CudaFailure("cudaIpcOpenMemHandle of device region '" + name + "'", err);
+  }
+  return SharedDeviceRegion(std::move(seg), data, bytes, false, epoch, entry);
 }
 
 Result<SharedDeviceRegion> SharedDeviceRegion::OpenOrCreate(const std::string& instance,
@@ -123,94 +222,27 @@ Result<SharedDeviceRegion> SharedDeviceRegion::OpenOrCreate(const std::string& i
                    : Segment::Attach(seg_name, SegmentKind::kDeviceRegion, kRegionLayoutVersion);
   if (!seg.ok()) return seg.status();
   Record* r = static_cast<Record*>(seg->payload());
-  unsigned char mine[16];
-  MARLAAS_RETURN_IF_ERROR(DeviceUuid(mine));
   const uint64_t self = SelfIdentity().Pack();
 
   for (;;) {
-    const uint64_t state = r->state.load(std::memory_order_acquire);
     const uint64_t owner = r->owner.load(std::memory_order_seq_cst);
+    const uint64_t state = r->state.load(std::memory_order_seq_cst);
     const bool owner_alive = owner != 0 && IsAlive(ProcessIdentity::Unpack(owner));
     if (owner == self) {
       return Status(StatusCode::kAlreadyExists,
                     "this process owns device region '" + name + "' already");
     }
-    if ((state & 1) && owner_alive) {
-      // Published by a live owner: check what it holds, register, re-check, open.
-      char held_key[kKeyBytes];
-      unsigned char uuid[16];
-      cudaIpcMemHandle_t handle;
-      std::memcpy(held_key, r->key, kKeyBytes);
-      std::memcpy(uuid, r->device_uuid, 16);
-      std::memcpy(&handle, r->mem, sizeof(handle));
-      const uint64_t held_bytes = r->bytes;
-      std::atomic_thread_fence(std::memory_order_acquire);
-      if (r->state.load(std::memory_order_relaxed) != state) continue;
-      held_key[kKeyBytes - 1] = 0;
-      if (held_bytes != bytes || key != held_key) {
-        return Status(StatusCode::kFailedPrecondition,
-                      "device region '" + name + "' holds '" + held_key + "' (" +
-                          std::to_string(held_bytes) + " bytes), not '" + key + "' (" +
-                          std::to_string(bytes) + " bytes)");
-      }
-      if (std::memcmp(uuid, mine, 16) != 0) {
-        return Status(StatusCode::kFailedPrecondition,
-                      "device region '" + name + "' lives on another GPU than this process's");
-      }
-      const uint64_t epoch = state >> 1;
-      const int entry = ClaimIpcReader(r->readers, self, epoch);
-      if (entry < 0) {
-        return Status(StatusCode::kResourceExhausted, "device region '" + name + "' has " +
-                                                          std::to_string(kMaxIpcReaders) +
-                                                          " live openers already");
-      }
-      if (r->state.load(std::memory_order_seq_cst) != state) {  // unpublished meanwhile
-        ReleaseIpcReader(r->readers, entry);
-        continue;
-      }
-      void* data = nullptr;
-      const cudaError_t err = cudaIpcOpenMemHandle(&data, handle, cudaIpcMemLazyEnablePeerAccess);
-      if (err != cudaSuccess) {
-        ReleaseIpcReader(r->readers, entry);
-        return CudaFailure("cudaIpcOpenMemHandle of device region '" + name + "'", err);
-      }
-      return SharedDeviceRegion(std::move(*seg), data, bytes, false, epoch, entry);
+    // Published by a live publisher (the owner that wrote the fields; a new owner may already
+    // hold the owner field while the state still shows a dead publisher's handle).
+    if ((state & 1) && IsAlive(ProcessIdentity::Unpack(r->publisher.load())) && owner_alive) {
+      auto opened = Open(*seg, name, bytes, key, state);
+      if (opened.ok() || opened.status().code() != StatusCode::kUnavailable) return opened;
+      continue;  // unpublished while we looked
     }
-    if (!owner_alive) {
-      // Nobody (alive) owns it: claim it, allocate, fill, publish.
+    if (!owner_alive) {  // nobody (alive) owns it: claim it, allocate, fill, publish
       uint64_t expected = owner;
       if (!r->owner.compare_exchange_strong(expected, self)) continue;
-      const uint64_t epoch = (state >> 1) + 1;
-      r->state.store(epoch << 1, std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_release);
-      auto give_up = [&](void* data, const Status& st) {
-        if (data != nullptr) cudaFree(data);
-        uint64_t me = self;
-        r->owner.compare_exchange_strong(me, 0);
-        return st;
-      };
-      void* data = nullptr;
-      cudaError_t err = cudaMalloc(&data, bytes);
-      if (err != cudaSuccess) {
-        return give_up(nullptr, CudaFailure("cudaMalloc of device region '" + name + "' (" +
-                                                std::to_string(bytes) + " bytes)",
-                                            err));
-      }
-      Status filled = fill ? fill(data, bytes) : Status::Ok();
-      if (!filled.ok())
-        return give_up(data, filled.Annotate("filling device region '" + name + "'"));
-      err = cudaDeviceSynchronize();
-      if (err != cudaSuccess) return give_up(data, CudaFailure("cudaDeviceSynchronize", err));
-      cudaIpcMemHandle_t handle;
-      err = cudaIpcGetMemHandle(&handle, data);
-      if (err != cudaSuccess) return give_up(data, CudaFailure("cudaIpcGetMemHandle", err));
-      std::memcpy(r->device_uuid, mine, 16);
-      r->bytes = bytes;
-      std::memset(r->key, 0, kKeyBytes);
-      std::memcpy(r->key, key.data(), key.size());
-      std::memcpy(r->mem, &handle, sizeof(handle));
-      r->state.store((epoch << 1) | 1, std::memory_order_release);
-      return SharedDeviceRegion(std::move(*seg), data, bytes, true, epoch, -1);
+      return Publish(*seg, name, bytes, key, fill);
     }
     // A live owner is still filling it.
     if (deadline.Expired()) {

@@ -8,7 +8,11 @@
 //  - A region carries a content key (e.g. the model's path and size): asking for the same name
 //    with another key or size is refused by name, so two models never share bytes.
 //  - The owner frees the block only after the live processes that opened it close it (their
-//    registration: shm/ipc_readers.h); a dead opener does not hold it up.
+//    registration: shm/ipc_readers.h); a dead opener does not hold it up. If live openers still
+//    map it after kFreeWaitMs, the owner leaves it allocated to its own exit rather than free
+//    memory another process maps (undefined behaviour in CUDA IPC).
+//  - A process opens a region once: a second OpenOrCreate of the same region in one process
+//    fails with kAlreadyExists.
 //  - When the owner dies, openers keep using their mapping; the next process that asks while no
 //    live owner exists becomes the new owner and allocates a fresh copy (until the old openers
 //    restart, the device then holds two).
@@ -55,6 +59,13 @@ class SharedDeviceRegion {
   struct Record;
   SharedDeviceRegion(Segment seg, void* data, uint64_t bytes, bool owner, uint64_t epoch,
                      int reader_entry);
+  // The owner's half of OpenOrCreate, once it holds the owner field: allocate, fill, publish.
+  // Both halves move `seg` into the region only on success.
+  static Result<SharedDeviceRegion> Publish(Segment& seg, const std::string& name, uint64_t bytes,
+                                            const std::string& key, const Fill& fill);
+  // An opener's half: register, re-check `state`, open the handle. kUnavailable: retry.
+  static Result<SharedDeviceRegion> Open(Segment& seg, const std::string& name, uint64_t bytes,
+                                         const std::string& key, uint64_t state);
   Record* record() const;
   Segment segment_;
   void* data_ = nullptr;

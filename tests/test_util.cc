@@ -109,4 +109,33 @@ bool WaitForFlag(const std::atomic<int>& flag, int seconds) {
   return true;
 }
 
+ChildGuard::~ChildGuard() {
+  for (pid_t pid : pids_) KillChild(pid);
+}
+
+pid_t ChildGuard::Fork(const std::function<int()>& body) {
+  const pid_t pid = ForkChild(body);
+  if (pid > 0) pids_.push_back(pid);
+  return pid;
+}
+
+ChildExit ChildGuard::Wait(pid_t pid) {
+  Release(pid);
+  return WaitChild(pid);
+}
+
+ChildExit ChildGuard::Kill(pid_t pid) {
+  Release(pid);
+  return KillChild(pid);
+}
+
+void ChildGuard::Release(pid_t pid) {
+  for (size_t i = 0; i < pids_.size(); ++i) {
+    if (pids_[i] == pid) {
+      pids_.erase(pids_.begin() + std::ptrdiff_t(i));
+      return;
+    }
+  }
+}
+
 }  // namespace marlaas::testing

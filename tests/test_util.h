@@ -11,6 +11,7 @@
 #include <functional>
 #include <new>
 #include <string>
+#include <vector>
 
 namespace marlaas::testing {
 
@@ -55,6 +56,23 @@ void UnmapShared(T* p) {
 
 // Waits until `flag` is non-zero (set by another process); false after `seconds`.
 bool WaitForFlag(const std::atomic<int>& flag, int seconds = 60);
+
+// Children of a test that must not outlive it: on destruction (an ASSERT that returned early
+// included) every child not yet waited for or killed is killed and reaped.
+class ChildGuard {
+ public:
+  ChildGuard() = default;
+  ChildGuard(const ChildGuard&) = delete;
+  ChildGuard& operator=(const ChildGuard&) = delete;
+  ~ChildGuard();
+  pid_t Fork(const std::function<int()>& body);  // ForkChild, held
+  ChildExit Wait(pid_t pid);                     // WaitChild, released
+  ChildExit Kill(pid_t pid);                     // KillChild, released
+
+ private:
+  void Release(pid_t pid);
+  std::vector<pid_t> pids_;
+};
 
 // Deterministic pseudo-random bytes for record `seq` (splitmix64 stream).
 void FillPattern(uint64_t seq, unsigned char* out, size_t n);

@@ -16,8 +16,13 @@ Status BgmvExpand(const TensorRef& y, const LoraStack& stack, const TensorRef& r
                                                      {"scale", &stack.scale},
                                                      {"row_adapter", &row_adapter},
                                                      {"out", &out}}));
-  const dim3 grid(unsigned(s.rows),
-                  unsigned((s.out_dim + kBgmvExpandThreads - 1) / kBgmvExpandThreads));
+  const int64_t col_blocks = (int64_t(s.out_dim) + kBgmvExpandThreads - 1) / kBgmvExpandThreads;
+  if (col_blocks > 65535) {
+    return Status(StatusCode::kInvalidArgument, std::string(kOp) + ": out: at most " +
+                                                    std::to_string(65535 * kBgmvExpandThreads) +
+                                                    " columns, got " + std::to_string(s.out_dim));
+  }
+  const dim3 grid(unsigned(s.rows), unsigned(col_blocks));
   return DispatchFloat(out.dtype, kOp, [&](auto zero) {
     using T = decltype(zero);
     BgmvExpandKernel<T><<<grid, kBgmvExpandThreads, 0, stream>>>(

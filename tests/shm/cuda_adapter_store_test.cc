@@ -1,8 +1,9 @@
 // The adapter store's CUDA IPC backend between real processes: a writer (trainer role) and a
 // reader (rollout role) forked from a test process that never initialises CUDA itself. Checks
 // that readers see only whole, finished adapters (writes still running on the GPU at Publish are
-// ordered by the IPC event), that a kill -9'd reader does not hold up the writer's free, and that
-// a kill -9'd writer's device memory comes back once the reader sweeps. Without a GPU the device
+// ordered by the IPC event), that retired buffers stay allocated while a live reader maps them
+// and are freed once it lets go, that a kill -9'd reader does not hold up the free, and that a
+// kill -9'd writer's device memory comes back once the reader sweeps. Without a GPU the device
 // tests skip; the host-side behaviour of a CUDA IPC store is checked everywhere.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -19,12 +20,10 @@
 namespace marlaas {
 namespace {
 
-using testing::ForkChild;
-using testing::KillChild;
+using testing::ChildGuard;
 using testing::MapShared;
 using testing::ScopedInstance;
 using testing::UnmapShared;
-using testing::WaitChild;
 using testing::WaitForFlag;
 
 // 32 MiB of f32 per buffer: the writer's fills are still running when it publishes, and a leaked
@@ -43,6 +42,7 @@ AdapterLayout Layout() {
 // Shared between the forked processes (an anonymous MAP_SHARED page).
 struct Shared {
   std::atomic<int> writer_ready, reader_ready, reader_done, stop, baseline_ready;
+  std::atomic<int> phase2, sweep_now, swept, kill_reader;
   std::atomic<uint64_t> reads, bad_reads;
   std::atomic<size_t> baseline;  // device free bytes before the writer allocated
 };
@@ -69,12 +69,12 @@ constexpr size_t kSlack = 8u << 20;  // the device's own allocations that come a
 
 // Writes version v into the buffer the way a trainer's optimizer would, without waiting: eight
 // passes of junk, then the value, all queued on the default stream; Publish follows at once.
-bool WriteVersion(AdapterStore& store, uint64_t v) {
-  auto span = store.BeginWrite(0);
+bool WriteVersion(AdapterStore& store, uint64_t v, int slot = 0) {
+  auto span = store.BeginWrite(slot);
   if (!span.ok()) return false;
   for (int pass = 0; pass < 8; ++pass) cudaMemsetAsync(span->data, 0xEE, span->bytes, 0);
   cudaMemsetAsync(span->data, int(v & 0x7f), span->bytes, 0);
-  return store.Publish(0, v).ok();
+  return store.Publish(slot, v).ok();
 }
 
 class CudaAdapterStoreTest : public ::testing::Test {
@@ -103,7 +103,8 @@ TEST_F(CudaAdapterStoreTest, ReaderCopiesOnlyWholeFinishedAdaptersAcrossProcesse
   const std::string name = inst_.name();
   Shared* sh = shared_;
   const uint64_t bytes = Layout().NumBytes();
-  const pid_t writer = ForkChild([&] {
+  ChildGuard children;
+  const pid_t writer = children.Fork([&] {
     auto store = AdapterStore::Attach(name, CudaIpcMemory());
     if (!store.ok()) return 10;
     for (uint64_t v = 1; v <= 200 && sh->stop.load() == 0; ++v) {
@@ -114,7 +115,7 @@ TEST_F(CudaAdapterStoreTest, ReaderCopiesOnlyWholeFinishedAdaptersAcrossProcesse
     WaitForFlag(sh->reader_done);  // readers' mappings need this process alive
     return 0;
   });
-  const pid_t reader = ForkChild([&] {
+  const pid_t reader = children.Fork([&] {
     auto store = AdapterStore::Attach(name, CudaIpcMemory());
     if (!store.ok()) return 20;
     void* dst = nullptr;
@@ -141,54 +142,72 @@ TEST_F(CudaAdapterStoreTest, ReaderCopiesOnlyWholeFinishedAdaptersAcrossProcesse
     sh->reader_done.store(1);
     return last == 200 ? 0 : 23;
   });
-  const auto r = WaitChild(reader);
+  const auto r = children.Wait(reader);
   sh->stop.store(1);
   sh->reader_done.store(1);
-  const auto w = WaitChild(writer);
+  const auto w = children.Wait(writer);
   EXPECT_TRUE(r.exited && r.code == 0) << "reader exit " << r.code << " signal " << r.signal;
   EXPECT_TRUE(w.exited && w.code == 0) << "writer exit " << w.code << " signal " << w.signal;
   EXPECT_GT(sh->reads.load(), 10u);
   EXPECT_EQ(sh->bad_reads.load(), 0u) << "a reader saw a torn or unfinished adapter";
 }
 
-TEST_F(CudaAdapterStoreTest, AKilledReaderDoesNotHoldUpTheWritersFree) {
+TEST_F(CudaAdapterStoreTest, RetiredBuffersWaitForALiveReaderButNotForAKilledOne) {
+  ASSERT_TRUE(store_->Register(1, "tenant-b", Layout()).ok());
   const std::string name = inst_.name();
   Shared* sh = shared_;
   const uint64_t bytes = Layout().NumBytes();
+  ChildGuard children;
   // The reader sets up its CUDA context first, so the writer's baseline includes it; its death
   // only frees more.
-  const pid_t reader = ForkChild([&] {
+  const pid_t reader = children.Fork([&] {
     auto store = AdapterStore::Attach(name, CudaIpcMemory());
     if (!store.ok()) return 20;
     void* dst = nullptr;
     if (cudaMalloc(&dst, bytes) != cudaSuccess) return 21;
     sh->reader_ready.store(1);
     if (!WaitForFlag(sh->writer_ready)) return 22;
-    if (!store->ReadLatest(0, dst, bytes, Deadline::AfterMs(5000)).ok()) return 23;
-    sh->reader_done.store(1);  // holds the mapping open until killed
+    for (int slot : {0, 1})
+      if (!store->ReadLatest(slot, dst, bytes, Deadline::AfterMs(5000)).ok()) return 23;
+    sh->reader_done.store(1);  // maps both slots' buffers
+    if (!WaitForFlag(sh->sweep_now)) return 24;
+    store->Sweep();  // slot 0 was retired: let go of it; keep slot 1 until killed
+    sh->swept.store(1);
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   });
-  const pid_t writer = ForkChild([&] {
-    CudaIpcOptions options;
-    options.free_wait_ms = 20000;
-    auto store = AdapterStore::Attach(name, CudaIpcMemory(options));
+  const pid_t writer = children.Fork([&] {
+    auto store = AdapterStore::Attach(name, CudaIpcMemory());
     if (!store.ok()) return 10;
     if (!WaitForFlag(sh->reader_ready)) return 11;
     DeviceFreeBytes();  // this process's context first
     const size_t baseline = SettledFreeBytes();
     if (!WriteVersion(*store, 1)) return 12;
+    if (!WriteVersion(*store, 1, 1)) return 12;
     cudaDeviceSynchronize();
     sh->writer_ready.store(1);
-    if (!WaitForFlag(sh->stop)) return 13;  // the parent killed the reader
-    const auto t0 = std::chrono::steady_clock::now();
+    if (!WaitForFlag(sh->phase2)) return 13;
+    // A live reader maps slot 0: retiring it must not free it.
     if (!store->FreeBuffers(0).ok()) return 14;
-    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(5)) return 15;  // waited
-    return SettledFreeBytes() + kSlack >= baseline ? 0 : 16;                         // nothing kept
+    const size_t retired = SettledFreeBytes();
+    if (retired > baseline - 4 * bytes + kSlack) return 15;  // freed under a live reader
+    sh->sweep_now.store(1);
+    if (!WaitForFlag(sh->swept)) return 16;
+    store->Sweep();  // the reader let go: now it is freed
+    if (SettledFreeBytes() + kSlack < retired + 2 * bytes) return 17;
+    // Slot 1: the reader is killed while it maps it; the free does not wait for the dead.
+    sh->kill_reader.store(1);
+    if (!WaitForFlag(sh->stop)) return 18;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!store->FreeBuffers(1).ok()) return 19;
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(1)) return 30;  // waited
+    return SettledFreeBytes() + kSlack >= baseline ? 0 : 31;                         // nothing kept
   });
-  ASSERT_TRUE(WaitForFlag(sh->reader_done)) << "the reader never mapped the adapter";
-  KillChild(reader);
+  ASSERT_TRUE(WaitForFlag(sh->reader_done)) << "the reader never mapped the adapters";
+  sh->phase2.store(1);
+  ASSERT_TRUE(WaitForFlag(sh->kill_reader)) << "the writer stopped before the kill";
+  children.Kill(reader);
   sh->stop.store(1);
-  const auto w = WaitChild(writer);
+  const auto w = children.Wait(writer);
   EXPECT_TRUE(w.exited && w.code == 0) << "writer exit " << w.code << " signal " << w.signal;
 }
 
@@ -196,7 +215,8 @@ TEST_F(CudaAdapterStoreTest, AKilledWritersMemoryComesBackWhenTheReaderSweeps) {
   const std::string name = inst_.name();
   Shared* sh = shared_;
   const uint64_t bytes = Layout().NumBytes();
-  const pid_t writer = ForkChild([&] {
+  ChildGuard children;
+  const pid_t writer = children.Fork([&] {
     auto store = AdapterStore::Attach(name, CudaIpcMemory());
     if (!store.ok()) return 10;
     if (!WaitForFlag(sh->baseline_ready)) return 11;  // the reader measured without this process
@@ -205,7 +225,7 @@ TEST_F(CudaAdapterStoreTest, AKilledWritersMemoryComesBackWhenTheReaderSweeps) {
     sh->writer_ready.store(1);
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   });
-  const pid_t reader = ForkChild([&] {
+  const pid_t reader = children.Fork([&] {
     auto store = AdapterStore::Attach(name, CudaIpcMemory());
     if (!store.ok()) return 20;
     void* dst = nullptr;
@@ -226,9 +246,9 @@ TEST_F(CudaAdapterStoreTest, AKilledWritersMemoryComesBackWhenTheReaderSweeps) {
     return 25;
   });
   ASSERT_TRUE(WaitForFlag(sh->reader_ready)) << "the reader never mapped the adapter";
-  KillChild(writer);
+  children.Kill(writer);
   sh->stop.store(1);
-  const auto r = WaitChild(reader);
+  const auto r = children.Wait(reader);
   EXPECT_TRUE(r.exited && r.code == 0) << "reader exit " << r.code << " signal " << r.signal;
 }
 

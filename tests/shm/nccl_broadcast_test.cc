@@ -18,12 +18,10 @@
 namespace marlaas {
 namespace {
 
-using testing::ForkChild;
-using testing::KillChild;
+using testing::ChildGuard;
 using testing::MapShared;
 using testing::ScopedInstance;
 using testing::UnmapShared;
-using testing::WaitChild;
 using testing::WaitForFlag;
 
 constexpr size_t kBytes = 4 << 20;
@@ -71,8 +69,8 @@ TEST(NcclBroadcastTest, MembersGetEveryTenantAndTheGroupReformsAfterAKill) {
   ASSERT_TRUE(created.ok()) << created.status().ToString();
   auto* sh = MapShared<Shared>();
   const std::string name = inst.name();
-
-  const pid_t root = ForkChild([&] {
+  ChildGuard children;
+  const pid_t root = children.Fork([&] {
     cudaSetDevice(0);
     auto rv = ShmRendezvous::Attach(name);
     if (!rv.ok() || !rv->ClaimRoot().ok()) return 10;
@@ -82,8 +80,9 @@ TEST(NcclBroadcastTest, MembersGetEveryTenantAndTheGroupReformsAfterAKill) {
     uint64_t version[2] = {0, 0};
     AdapterBroadcaster caster(&*rv, {});
     auto publish = [&](int slot, uint64_t v) {
-      cudaMemset(buf[slot], int(v & 0x7f), kBytes);
-      cudaDeviceSynchronize();
+      // Queued on the legacy default stream and not waited for: the broadcast must still start
+      // after it (the group's stream waits for the default stream).
+      cudaMemsetAsync(buf[slot], int(v & 0x7f), kBytes, 0);
       version[slot] = v;
       return caster.Broadcast(slot, v, buf[slot], kBytes, Deadline::AfterMs(30000));
     };
@@ -116,7 +115,7 @@ TEST(NcclBroadcastTest, MembersGetEveryTenantAndTheGroupReformsAfterAKill) {
         return 19;
     return WaitForFlag(sh->b_done) ? 0 : 20;
   });
-  const pid_t a = ForkChild([&] {
+  const pid_t a = children.Fork([&] {
     const int rc = Member(name, {5, 5});
     sh->a_done.store(rc == 0 ? 1 : 2);
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
@@ -124,16 +123,16 @@ TEST(NcclBroadcastTest, MembersGetEveryTenantAndTheGroupReformsAfterAKill) {
   });
   ASSERT_TRUE(WaitForFlag(sh->a_done)) << "member A never got both tenants";
   EXPECT_EQ(sh->a_done.load(), 1) << "member A saw wrong content";
-  KillChild(a);
+  children.Kill(a);
   sh->a_killed.store(1);
   ASSERT_TRUE(WaitForFlag(sh->root_broke)) << "the root did not notice the dead member";
-  const pid_t b = ForkChild([&] {
+  const pid_t b = children.Fork([&] {
     const int rc = Member(name, {6, 5});  // slot 0 moved on to 6 while A was gone
     sh->b_done.store(1);
     return rc;
   });
-  const auto rb = WaitChild(b);
-  const auto rr = WaitChild(root);
+  const auto rb = children.Wait(b);
+  const auto rr = children.Wait(root);
   EXPECT_TRUE(rb.exited && rb.code == 0) << "member B exit " << rb.code << " signal " << rb.signal;
   EXPECT_TRUE(rr.exited && rr.code == 0) << "root exit " << rr.code << " signal " << rr.signal;
   UnmapShared(sh);

@@ -1,7 +1,8 @@
 // SharedDeviceRegion between processes on one GPU: the second process opens the first one's block
-// instead of allocating (one copy in device memory, same bytes), a different key is refused by
-// name, and when the owner is kill -9'd before anyone opened the region the next process takes
-// it over. Skips without a GPU; the parent test process never initialises CUDA.
+// instead of allocating (one copy in device memory, same bytes), a different key and a second
+// open in one process are refused by name, the owner frees only after the opener closed, and when
+// the owner is kill -9'd before anyone opened the region the next process takes it over. Skips
+// without a GPU; the parent test process never initialises CUDA.
 #include "shm/shared_device_region.h"
 
 #include <cuda_runtime_api.h>
@@ -9,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -18,18 +20,16 @@
 namespace marlaas {
 namespace {
 
-using testing::ForkChild;
-using testing::KillChild;
+using testing::ChildGuard;
 using testing::MapShared;
 using testing::ScopedInstance;
 using testing::UnmapShared;
-using testing::WaitChild;
 using testing::WaitForFlag;
 
 constexpr uint64_t kBytes = 256ull << 20;  // a quarter GiB: far above the device's own churn
 
 struct Shared {
-  std::atomic<int> owner_ready, opener_done;
+  std::atomic<int> owner_ready, opener_opened, opener_done;
 };
 
 SharedDeviceRegion::Fill FillWith(int byte) {
@@ -57,17 +57,29 @@ class SharedDeviceRegionTest : public ::testing::Test {
   Shared* sh_ = nullptr;
 };
 
-TEST_F(SharedDeviceRegionTest, TheSecondProcessOpensTheOwnersCopyAndAForeignKeyIsRefused) {
+TEST_F(SharedDeviceRegionTest, TheSecondProcessOpensTheOwnersCopyAndTheOwnerWaitsForIt) {
   const std::string name = inst_.name();
   Shared* sh = sh_;
-  const pid_t owner = ForkChild([&] {
-    auto region = SharedDeviceRegion::OpenOrCreate(name, "base", kBytes, "model-a", FillWith(0x5A),
-                                                   Deadline::AfterMs(30000));
-    if (!region.ok() || !region->owner()) return 10;
-    sh->owner_ready.store(1);
-    return WaitForFlag(sh->opener_done) ? 0 : 11;  // frees after the opener closed
+  ChildGuard children;
+  const pid_t owner = children.Fork([&] {
+    FreeBytes();  // this process's context first
+    const size_t baseline = FreeBytes();
+    std::chrono::steady_clock::duration held{};
+    {
+      auto created = SharedDeviceRegion::OpenOrCreate(name, "base", kBytes, "model-a",
+                                                      FillWith(0x5A), Deadline::AfterMs(30000));
+      if (!created.ok() || !created->owner()) return 10;
+      std::optional<SharedDeviceRegion> region(std::move(*created));
+      sh->owner_ready.store(1);
+      if (!WaitForFlag(sh->opener_opened)) return 11;
+      const auto t0 = std::chrono::steady_clock::now();
+      region.reset();  // waits for the opener to close before it frees
+      held = std::chrono::steady_clock::now() - t0;
+    }
+    if (held < std::chrono::milliseconds(300)) return 12;   // freed under a live opener
+    return FreeBytes() + (64u << 20) >= baseline ? 0 : 13;  // and then freed
   });
-  const pid_t opener = ForkChild([&] {
+  const pid_t opener = children.Fork([&] {
     if (!WaitForFlag(sh->owner_ready)) return 20;
     FreeBytes();  // this process's context first
     const size_t before = FreeBytes();
@@ -93,12 +105,17 @@ TEST_F(SharedDeviceRegionTest, TheSecondProcessOpensTheOwnersCopyAndAForeignKeyI
                                                     Deadline::AfterMs(1000));
       if (other.ok() || other.status().message().find("holds 'model-a'") == std::string::npos)
         rc = rc ? rc : 25;
+      auto twice = SharedDeviceRegion::OpenOrCreate(name, "base", kBytes, "model-a", nullptr,
+                                                    Deadline::AfterMs(1000));
+      if (twice.ok() || twice.status().code() != StatusCode::kAlreadyExists) rc = rc ? rc : 26;
+      sh->opener_opened.store(1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the owner must wait
     }
     sh->opener_done.store(1);
     return rc;
   });
-  const auto o = WaitChild(opener);
-  const auto w = WaitChild(owner);
+  const auto o = children.Wait(opener);
+  const auto w = children.Wait(owner);
   EXPECT_TRUE(o.exited && o.code == 0) << "opener exit " << o.code;
   EXPECT_TRUE(w.exited && w.code == 0) << "owner exit " << w.code;
 }
@@ -106,7 +123,8 @@ TEST_F(SharedDeviceRegionTest, TheSecondProcessOpensTheOwnersCopyAndAForeignKeyI
 TEST_F(SharedDeviceRegionTest, ANewProcessTakesOverFromAKilledOwner) {
   const std::string name = inst_.name();
   Shared* sh = sh_;
-  const pid_t owner = ForkChild([&] {
+  ChildGuard children;
+  const pid_t owner = children.Fork([&] {
     auto region = SharedDeviceRegion::OpenOrCreate(name, "base", kBytes, "model-a", FillWith(1),
                                                    Deadline::AfterMs(30000));
     if (!region.ok()) return 10;
@@ -114,8 +132,8 @@ TEST_F(SharedDeviceRegionTest, ANewProcessTakesOverFromAKilledOwner) {
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   });
   ASSERT_TRUE(WaitForFlag(sh->owner_ready));
-  KillChild(owner);
-  const pid_t next = ForkChild([&] {
+  children.Kill(owner);
+  const pid_t next = children.Fork([&] {
     auto region = SharedDeviceRegion::OpenOrCreate(name, "base", kBytes, "model-a", FillWith(2),
                                                    Deadline::AfterMs(30000));
     if (!region.ok()) return 20;
@@ -124,7 +142,7 @@ TEST_F(SharedDeviceRegionTest, ANewProcessTakesOverFromAKilledOwner) {
     cudaMemcpy(&c, region->data(), 1, cudaMemcpyDeviceToHost);
     return c == 2 ? 0 : 22;
   });
-  const auto n = WaitChild(next);
+  const auto n = children.Wait(next);
   EXPECT_TRUE(n.exited && n.code == 0) << "new owner exit " << n.code;
 }
 
