@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -34,9 +35,11 @@ struct GroupComm {
   bool own_stream = false;
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
+  cudaEvent_t after_default = nullptr;  // OrderAfterDefaultStream
   ~GroupComm() {
     if (comm != nullptr) ncclCommAbort(comm);
     if (scratch != nullptr) cudaFree(scratch);
+    if (after_default != nullptr) cudaEventDestroy(after_default);
     if (own_stream && stream != nullptr) cudaStreamDestroy(stream);
   }
 };
@@ -88,15 +91,39 @@ Result<cudaStream_t> StreamFor(const BroadcastOptions& options, bool* own) {
   *own = options.stream == nullptr;
   if (!*own) return options.stream;
   cudaStream_t s = nullptr;
-  // A blocking stream: it waits for the legacy default stream, so a broadcast starts after the
-  // caller's writes there (and a received adapter lands after the caller's reads there).
-  const cudaError_t err = cudaStreamCreate(&s);
+  // Non-blocking, so the caller's later default-stream work never waits behind a collective
+  // that waits for its peers; OrderAfterDefaultStream orders each broadcast after the earlier.
+  const cudaError_t err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   if (err != cudaSuccess) {
     cudaGetLastError();
     return Status(StatusCode::kInternal,
                   std::string("cudaStreamCreate: ") + cudaGetErrorString(err));
   }
   return s;
+}
+
+// One-way ordering for the group's own stream: the next broadcast starts after the work queued
+// so far on the legacy default stream (the caller's writes of the adapter, or its reads of the
+// previous one), and nothing there waits for the broadcast.
+Status OrderAfterDefaultStream(GroupComm* c) {
+  if (!c->own_stream) return Status::Ok();  // the caller's stream: ordered by the caller
+  if (c->after_default == nullptr) {
+    const cudaError_t err = cudaEventCreateWithFlags(&c->after_default, cudaEventDisableTiming);
+    if (err != cudaSuccess) {
+      c->after_default = nullptr;
+      cudaGetLastError();
+      return Status(StatusCode::kInternal,
+                    std::string("cudaEventCreate: ") + cudaGetErrorString(err));
+    }
+  }
+  cudaError_t err = cudaEventRecord(c->after_default, cudaStreamLegacy);
+  if (err == cudaSuccess) err = cudaStreamWaitEvent(c->stream, c->after_default, 0);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return Status(StatusCode::kInternal,
+                  std::string("ordering the broadcast stream: ") + cudaGetErrorString(err));
+  }
+  return Status::Ok();
 }
 
 Deadline CollectiveDeadline(Deadline caller) {
@@ -194,11 +221,14 @@ Status AdapterBroadcaster::Broadcast(int slot, uint64_t version, const void* src
   MARLAAS_RETURN_IF_ERROR(rendezvous_->Announce(a).status());
   const auto members_alive = [&] { return GenerationAlive(); };
   const Deadline collective = CollectiveDeadline(deadline);
-  ncclResult_t r =
-      ncclBroadcast(src, const_cast<void*>(src), bytes, ncclUint8, 0, comm_->comm, comm_->stream);
-  Status st = r == ncclSuccess || r == ncclInProgress
-                  ? WaitComm(comm_->comm, collective, members_alive, "ncclBroadcast (root)")
-                  : NcclError("ncclBroadcast (root)", r);
+  Status st = OrderAfterDefaultStream(comm_.get());
+  if (st.ok()) {
+    const ncclResult_t r =
+        ncclBroadcast(src, const_cast<void*>(src), bytes, ncclUint8, 0, comm_->comm, comm_->stream);
+    st = r == ncclSuccess || r == ncclInProgress
+             ? WaitComm(comm_->comm, collective, members_alive, "ncclBroadcast (root)")
+             : NcclError("ncclBroadcast (root)", r);
+  }
   if (st.ok()) st = WaitStream(comm_->comm, comm_->stream, collective, members_alive);
   if (!st.ok()) {
     Abort();
@@ -241,30 +271,39 @@ Status AdapterReceiver::JoinRound(const BroadcastRound& round, int rank, Deadlin
   next_seq_ = round.first_seq;
   comm_ = std::make_unique<GroupComm>();
   auto stream = StreamFor(options_, &comm_->own_stream);
-  if (!stream.ok()) {
-    Abandon();
-    return stream.status();
-  }
+  if (!stream.ok()) return stream.status();
   comm_->stream = *stream;
   ncclUniqueId id;
   std::memcpy(&id, round.id.data(), sizeof(id));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   const ncclResult_t r = ncclCommInitRankConfig(&comm_->comm, round.world_size, id, rank, &config);
-  if (r != ncclSuccess && r != ncclInProgress) {
-    Abandon();  // aborts whatever NCCL left in comm_->comm
-    return NcclError("ncclCommInitRankConfig (member)", r);
-  }
+  if (r != ncclSuccess && r != ncclInProgress)
+    return NcclError("ncclCommInitRankConfig (member)", r);  // the caller aborts comm_
   const auto group_ok = [&] { return GroupCurrent(); };
-  Status st =
-      WaitComm(comm_->comm, CollectiveDeadline(deadline), group_ok, "joining the broadcast group");
-  if (!st.ok()) Abandon();
-  return st;
+  return WaitComm(comm_->comm, CollectiveDeadline(deadline), group_ok,
+                  "joining the broadcast group");
 }
 
 Result<ReceivedAdapter> AdapterReceiver::Receive(void* dst, size_t capacity, Deadline deadline) {
   if (member_ < 0) return Status(StatusCode::kFailedPrecondition, "Receive before Join");
   const uint64_t self = SelfIdentity().Pack();
+  // After a failed join or collective: a dead root ends the call (kPeerDead); a root that moved
+  // on to a newer generation is followed (nullopt: go on); otherwise this member leaves the
+  // generation, so the root forms a new one, and the error is returned.
+  auto after_failure = [&](const Status& st) -> std::optional<Status> {
+    if (!rendezvous_->RootAlive()) {
+      Abort();
+      return Status(StatusCode::kPeerDead, "the adapter broadcast root (trainer) is not running");
+    }
+    auto latest = rendezvous_->LatestRound();
+    if (latest.ok() && latest->generation > generation_) {
+      Abort();
+      return std::nullopt;
+    }
+    Abandon();
+    return st;
+  };
   for (;;) {
     if (!rendezvous_->RootAlive()) {
       Abort();
@@ -274,7 +313,11 @@ Result<ReceivedAdapter> AdapterReceiver::Receive(void* dst, size_t capacity, Dea
     if (round.ok() && round->generation > generation_) {
       const size_t m = size_t(member_);
       if (round->rank_of[m] >= 1 && round->member_identity[m] == self) {
-        MARLAAS_RETURN_IF_ERROR(JoinRound(*round, round->rank_of[m], deadline));
+        const Status joined = JoinRound(*round, round->rank_of[m], deadline);
+        if (!joined.ok()) {
+          if (auto st = after_failure(joined)) return *st;
+          continue;
+        }
       } else {
         Abort();  // a generation without us: the root will include us in its next one
         generation_ = round->generation;
@@ -310,7 +353,7 @@ Result<ReceivedAdapter> AdapterReceiver::Receive(void* dst, size_t capacity, Dea
         comm_->scratch_bytes = 0;
         if (cudaMalloc(&comm_->scratch, a->bytes) != cudaSuccess) {
           cudaGetLastError();
-          Abort();
+          Abandon();  // cannot take part: the root forms a generation without us
           return Status(StatusCode::kResourceExhausted,
                         "no device memory for an oversized adapter");
         }
@@ -320,15 +363,18 @@ Result<ReceivedAdapter> AdapterReceiver::Receive(void* dst, size_t capacity, Dea
     }
     const auto group_ok = [&] { return GroupCurrent(); };
     const Deadline collective = CollectiveDeadline(deadline);
-    ncclResult_t r =
-        ncclBroadcast(buffer, buffer, a->bytes, ncclUint8, 0, comm_->comm, comm_->stream);
-    Status st = r == ncclSuccess || r == ncclInProgress
-                    ? WaitComm(comm_->comm, collective, group_ok, "ncclBroadcast (member)")
-                    : NcclError("ncclBroadcast (member)", r);
+    Status st = OrderAfterDefaultStream(comm_.get());
+    if (st.ok()) {
+      const ncclResult_t r =
+          ncclBroadcast(buffer, buffer, a->bytes, ncclUint8, 0, comm_->comm, comm_->stream);
+      st = r == ncclSuccess || r == ncclInProgress
+               ? WaitComm(comm_->comm, collective, group_ok, "ncclBroadcast (member)")
+               : NcclError("ncclBroadcast (member)", r);
+    }
     if (st.ok()) st = WaitStream(comm_->comm, comm_->stream, collective, group_ok);
     if (!st.ok()) {
-      Abandon();
-      return st;
+      if (auto failed = after_failure(st)) return *failed;
+      continue;
     }
     ++next_seq_;
     if (a->bytes > capacity) {

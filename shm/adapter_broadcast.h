@@ -27,9 +27,9 @@ namespace marlaas {
 struct GroupComm;  // a communicator of one generation and its stream (adapter_broadcast.cc)
 
 struct BroadcastOptions {
-  // Where broadcasts run, after the caller's prior work on it. Default: a blocking stream of
-  // the group's own, which waits for the legacy default stream (where the caller's writes of the
-  // adapter, or its reads of the previous one, were queued).
+  // Where broadcasts run, after the caller's prior work on it. Default: a stream of the group's
+  // own; each broadcast on it waits for the work queued before it on the legacy default stream
+  // (the caller's writes of the adapter, or its reads of the previous one), one way only.
   cudaStream_t stream = nullptr;
 };
 
@@ -82,10 +82,10 @@ class AdapterReceiver {
   // Registers this process as a member (the root includes it in its next generation).
   Status Join();
   // Waits for the next broadcast and receives it into device memory `dst` (`capacity` bytes),
-  // joining a new generation first when the root formed one. kUnavailable when nothing came by
-  // `deadline` (call again); kPeerDead when the root died; kResourceExhausted when the
-  // adapter is larger than `capacity` (the broadcast is still received into a scratch buffer,
-  // so the group goes on).
+  // joining a new generation first when the root formed one (also in the middle of a call).
+  // kUnavailable when nothing came by `deadline` (call again); kPeerDead when the root died;
+  // kResourceExhausted when the adapter is larger than `capacity` (the broadcast is still received
+  // into a scratch buffer, so the group goes on).
   Result<ReceivedAdapter> Receive(void* dst, size_t capacity, Deadline deadline);
 
  private:

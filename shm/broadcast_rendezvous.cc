@@ -8,7 +8,7 @@
 namespace marlaas {
 namespace {
 
-constexpr uint32_t kRendezvousLayoutVersion = 1;
+constexpr uint32_t kRendezvousLayoutVersion = 2;
 
 SegmentName RendezvousName(const std::string& instance) { return {instance, "nccl"}; }
 

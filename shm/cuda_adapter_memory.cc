@@ -126,9 +126,13 @@ class CudaIpcAdapterMemory : public AdapterMemory {
 
   Status FreeBuffers(int slot) override {
     if (owned_[size_t(slot)].ptr[0] == nullptr) return Status::Ok();
+    const uint64_t epoch = owned_[size_t(slot)].epoch;
     Retire(slot);
-    // Readers close on their next Sweep or copy; a short wait lets the common case free now.
-    return Reap(Deadline::AfterMs(std::min<int64_t>(options_.free_wait_ms, 200)));
+    // Readers close on their next Sweep or copy; a short wait on this slot's readers lets the
+    // common case free now. Other retired buffers are only looked at, not waited for.
+    (void)WaitForIpcReaders(records_[slot].readers, epoch,
+                            Deadline::AfterMs(std::min<int64_t>(options_.free_wait_ms, 200)));
+    return Reap(Deadline::Now());
   }
 
   void Sweep() override {
@@ -249,7 +253,9 @@ class CudaIpcAdapterMemory : public AdapterMemory {
     const uint64_t state = r.state.load(std::memory_order_acquire);
     if (m.ptr[0] != nullptr && state == ((m.epoch << 1) | 1)) return Status::Ok();
     CloseMapping(slot);  // a stale allocation, if any
-    if ((state & 1) == 0) {
+    if ((state & 1) == 0 || !IsAlive(ProcessIdentity::Unpack(r.owner.load()))) {
+      // Not published, or published by a writer that died (its handles cannot be opened): a
+      // restarted writer publishes new ones.
       return Status(StatusCode::kUnavailable, "adapter slot " + std::to_string(slot) +
                                                   ": its device buffers are not available");
     }

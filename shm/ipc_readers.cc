@@ -11,8 +11,10 @@ int ClaimIpcReader(IpcReaderEntry* entries, uint64_t self, uint64_t epoch) {
   for (int i = 0; i < kMaxIpcReaders; ++i) {
     IpcReaderEntry& e = entries[i];
     uint64_t id = e.identity.load(std::memory_order_seq_cst);
-    if (id != 0 && id != self && IsAlive(ProcessIdentity::Unpack(id))) continue;
-    if (id == self || e.identity.compare_exchange_strong(id, self, std::memory_order_seq_cst)) {
+    // Never an entry this process holds already: each open of an allocation (even of another
+    // epoch) has its own entry, so closing one cannot release another's.
+    if (id != 0 && (id == self || IsAlive(ProcessIdentity::Unpack(id)))) continue;
+    if (e.identity.compare_exchange_strong(id, self, std::memory_order_seq_cst)) {
       e.epoch.store(epoch, std::memory_order_seq_cst);
       return i;
     }

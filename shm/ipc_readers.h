@@ -21,8 +21,9 @@ struct IpcReaderEntry {
   std::atomic<uint64_t> epoch;     // the allocation it has open (or is opening)
 };
 
-// Claims an entry of `entries` (kMaxIpcReaders of them) for `self` and `epoch`: its own entry if
-// it has one, else a free one or a dead reader's. -1 when every entry is held by a live reader.
+// Claims a free entry of `entries` (kMaxIpcReaders of them), or a dead reader's, for `self` and
+// `epoch`: one per open, never one `self` holds already. -1 when every entry is held by a live
+// reader.
 int ClaimIpcReader(IpcReaderEntry* entries, uint64_t self, uint64_t epoch);
 // Gives entry `entry` back (after the reader closed its mapping).
 void ReleaseIpcReader(IpcReaderEntry* entries, int entry);

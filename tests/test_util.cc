@@ -1,6 +1,7 @@
 #include "tests/test_util.h"
 
 #include <sys/mman.h>
+#include <sys/prctl.h>
 
 #include <atomic>
 #include <chrono>
@@ -25,8 +26,12 @@ ScopedInstance::~ScopedInstance() {
 
 pid_t ForkChild(const std::function<int()>& body) {
   std::fflush(nullptr);
+  const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid == 0) {
+    // A child never outlives its test process, even one killed by a ctest timeout.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(113);
     int rc = 111;
     try {
       rc = body();

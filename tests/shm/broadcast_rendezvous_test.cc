@@ -127,5 +127,23 @@ TEST(BroadcastRendezvousTest, RoundsAndAnnouncementsArriveInOrderAndOverrunIsRep
   EXPECT_EQ(root->NextSeq(), 4u + kAnnouncementRing);
 }
 
+TEST(BroadcastRendezvousTest, AMemberThatLeavesAGenerationIsSeenByTheRootUntilItRegistersAgain) {
+  ScopedInstance inst;
+  auto root = ShmRendezvous::Create(inst.name());
+  ASSERT_TRUE(root.ok());
+  auto member = ShmRendezvous::Attach(inst.name());
+  ASSERT_TRUE(member.ok());
+  auto slot = member->Register();
+  ASSERT_TRUE(slot.ok());
+  EXPECT_EQ(root->LeftGeneration(*slot), 0u);
+  member->Leave(*slot, 7);
+  EXPECT_EQ(root->LeftGeneration(*slot), 7u);
+  EXPECT_EQ(root->LeftGeneration(-1), 0u);  // out of range: none
+  member->Unregister(*slot);
+  auto again = member->Register();  // a fresh registration has left nothing
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(root->LeftGeneration(*again), 0u);
+}
+
 }  // namespace
 }  // namespace marlaas

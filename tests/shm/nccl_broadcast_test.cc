@@ -5,6 +5,7 @@
 // NCCL refuses two ranks on one GPU, so with fewer than two GPUs this skips and says so.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -80,8 +81,10 @@ TEST(NcclBroadcastTest, MembersGetEveryTenantAndTheGroupReformsAfterAKill) {
     uint64_t version[2] = {0, 0};
     AdapterBroadcaster caster(&*rv, {});
     auto publish = [&](int slot, uint64_t v) {
-      // Queued on the legacy default stream and not waited for: the broadcast must still start
-      // after it (the group's stream waits for the default stream).
+      // Queued on the legacy default stream behind a 200 ms host callback, and not waited for:
+      // the broadcast must still carry the new bytes (its stream waits for the default stream).
+      cudaLaunchHostFunc(
+          0, [](void*) { usleep(200000); }, nullptr);
       cudaMemsetAsync(buf[slot], int(v & 0x7f), kBytes, 0);
       version[slot] = v;
       return caster.Broadcast(slot, v, buf[slot], kBytes, Deadline::AfterMs(30000));
