@@ -13,11 +13,18 @@
 # Boost's headers and GoogleTest's sources, unpacked into a folder of their own, never into /.
 # NCCL is taken from the CUDA toolkit or from the nvidia-nccl wheel of the host's PyTorch.
 # Exit status: 0 when everything that ran passed and every benchmark target was met.
+#
+# With the device tool: fill .gpudeps/ here first (bench/gpu_deps.sh), then run
+#   command "bash bench/gpu_check.sh", carry [".gpudeps"], timeout_s 540
+# Every step is cut to what is left of an 8-minute budget (MARLAAS_GPU_CHECK_BUDGET_S).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT="${OUT:-$PWD/build-gpu/out}"
 mkdir -p "$OUT"
 t0=$(date +%s)
+# Every step's time limit is cut to what is left of the whole run's budget (8 minutes by default).
+budget=${MARLAAS_GPU_CHECK_BUDGET_S:-480}
+limit() { local left=$(( budget - ($(date +%s) - t0) )); (( left < $1 )) && echo $(( left > 1 ? left : 1 )) || echo "$1"; }
 rows=()
 failures=0
 row() { rows+=("$1|$2|$3"); [[ "$2" == FAILED* || "$2" == MISSED* ]] && failures=$((failures + 1)); return 0; }
@@ -35,7 +42,15 @@ args=(-G Ninja -DMARLAAS_GPU_CHECK_ONLY=ON -DCMAKE_BUILD_TYPE=Release
       -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DCMAKE_CUDA_ARCHITECTURES="${MARLAAS_CUDA_ARCHS:-90}")
 if compgen -G ".gpudeps/*.deb" > /dev/null; then
   mkdir -p "$deps"
-  for f in .gpudeps/*.deb; do dpkg -x "$f" "$deps"; done
+  for f in .gpudeps/*.deb; do
+    if command -v dpkg > /dev/null; then
+      dpkg -x "$f" "$deps"
+    else  # a .deb is an ar archive holding data.tar.*
+      member=$(ar t "$f" | grep '^data.tar')
+      ar p "$f" "$member" | tar -x -a -f - -C "$deps" 2> /dev/null ||
+        ar p "$f" "$member" | tar -xJ -C "$deps"
+    fi
+  done
   [[ -d "$deps/usr/include/boost/interprocess" ]] && args+=(-DMARLAAS_BOOST_INCLUDE="$deps/usr/include")
   [[ -d "$deps/usr/src/googletest" ]] && args+=(-DMARLAAS_GTEST_SOURCE="$deps/usr/src/googletest")
 fi
@@ -44,8 +59,8 @@ nccl_root=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/
 echo "cmake ${args[*]}"
 
 echo "== build ($(elapsed))"
-if timeout 120 cmake -S . -B build-gpu "${args[@]}" > "$OUT/configure.log" 2>&1 &&
-   timeout 300 cmake --build build-gpu -j "$(nproc)" > "$OUT/build.log" 2>&1; then
+if timeout "$(limit 90)" cmake -S . -B build-gpu "${args[@]}" > "$OUT/configure.log" 2>&1 &&
+   timeout "$(limit 240)" cmake --build build-gpu -j "$(nproc)" > "$OUT/build.log" 2>&1; then
   row build "ok" "$(grep -c 'Building' "$OUT/build.log") objects, $(elapsed)"
 else
   tail -30 "$OUT/configure.log" "$OUT/build.log" 2>/dev/null
@@ -59,7 +74,7 @@ gtest() {
   shift 2
   if [[ ! -x "$bin/$name" ]]; then row "$name" "FAILED" "not built"; return; fi
   echo "== $name $* ($(elapsed))"
-  timeout "$limit" "$bin/$name" "$@" > "$OUT/$name.log" 2>&1
+  timeout "$(limit "$limit")" "$bin/$name" "$@" > "$OUT/$name.log" 2>&1
   local rc=$? ok fail skip
   count() { grep -oE "^\[  $1 *\] [0-9]+ test" "$OUT/$name.log" | grep -oE '[0-9]+' | head -1; }
   ok=$(count PASSED); fail=$(count FAILED); skip=$(count SKIPPED)
@@ -69,10 +84,10 @@ gtest() {
   else row "$name" "FAILED (rc $rc)" "$ok passed, $fail failed, $skip skipped"; fi
 }
 
-gtest kernels_test 180 --gtest_filter='*Cuda*:GpuInfo*'
-gtest shm_cuda_test 180
+gtest kernels_test 90 --gtest_filter='*Cuda*:GpuInfo*'
+gtest shm_cuda_test 120
 if [[ "$ngpu" -ge 2 ]]; then
-  gtest nccl_test 180
+  gtest nccl_test 120
 else
   row nccl_test "skipped" "$ngpu GPU: NCCL refuses two ranks on one GPU"
 fi
@@ -82,14 +97,14 @@ bench() {
   local name=$1 limit=$2
   if [[ ! -x "$bin/$name" ]]; then row "$name" "FAILED" "not built"; return; fi
   echo "== $name ($(elapsed))"
-  timeout "$limit" "$bin/$name" --json "$OUT/$name.json" 2>&1 | tee "$OUT/$name.log"
+  timeout "$(limit "$limit")" "$bin/$name" --json "$OUT/$name.json" 2>&1 | tee "$OUT/$name.log"
   local rc=${PIPESTATUS[0]} figure
   figure=$(grep -E ' (met|MISSED)$' "$OUT/$name.log" | sed -E 's/ +/ /g' | paste -sd ';' -)
   if [[ $rc -eq 0 ]]; then row "$name" "ok" "${figure:-no target line}"
   else row "$name" "MISSED/FAILED (rc $rc)" "${figure:-no target line}"; fi
 }
-bench bench_lora_cuda 180
-bench bench_adapter_ipc 180
+bench bench_lora_cuda 90
+bench bench_adapter_ipc 90
 
 echo
 echo "== GPU check summary ($(elapsed), $ngpu GPU(s): $(head -1 "$OUT/gpus.txt" 2>/dev/null))"
