@@ -3,6 +3,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -153,15 +154,40 @@ bool AdapterBroadcaster::GenerationAlive() {
   return true;
 }
 
+std::array<uint64_t, kMaxBroadcastMembers> AdapterBroadcaster::EligibleMembers() {
+  std::array<uint64_t, kMaxBroadcastMembers> live = rendezvous_->LiveMembers();
+  for (size_t m = 0; m < live.size(); ++m) {
+    if (live[m] != 0 && live[m] == excluded_[m]) live[m] = 0;
+  }
+  return live;
+}
+
 bool AdapterBroadcaster::NeedsForming() {
-  return failed_ || generation_ == 0 || rendezvous_->LiveMembers() != members_ ||
-         !GenerationAlive();
+  return failed_ || generation_ == 0 || EligibleMembers() != members_ || !GenerationAlive();
+}
+
+void AdapterBroadcaster::CountStrikes() {
+  for (size_t m = 0; m < members_.size(); ++m) {
+    if (members_[m] == 0) continue;
+    if (rendezvous_->LeftGeneration(int(m)) < generation_) {
+      strikes_[m] = 0;  // it stayed through the last generation
+      continue;
+    }
+    if (++strikes_[m] >= kMaxStrikes) {
+      excluded_[m] = members_[m];
+      std::fprintf(stderr,
+                   "adapter broadcast: member slot %zu (pid %d) failed %d generations in a row; "
+                   "left out until it registers again\n",
+                   m, int(ProcessIdentity::Unpack(members_[m]).pid), kMaxStrikes);
+    }
+  }
 }
 
 Status AdapterBroadcaster::Form(Deadline deadline) {
   Abort();
   failed_ = true;  // until this generation is up
-  const std::array<uint64_t, kMaxBroadcastMembers> live = rendezvous_->LiveMembers();
+  CountStrikes();
+  const std::array<uint64_t, kMaxBroadcastMembers> live = EligibleMembers();
   BroadcastRound round;
   auto previous = rendezvous_->LatestRound();
   round.generation = std::max(generation_, previous.ok() ? previous->generation : 0) + 1;

@@ -56,6 +56,14 @@ class AdapterBroadcaster {
  private:
   void Abort();
   bool GenerationAlive();  // every member of the current generation still runs
+  // Live members, less those left out: a member that left kMaxStrikes generations in a row
+  // (it cannot join or keep up) would otherwise make the root re-form forever and starve the
+  // others. It is left out until it registers again (a new process).
+  std::array<uint64_t, kMaxBroadcastMembers> EligibleMembers();
+  void CountStrikes();  // before forming: who left the generation that ends
+  static constexpr int kMaxStrikes = 3;
+  std::array<int, kMaxBroadcastMembers> strikes_{};
+  std::array<uint64_t, kMaxBroadcastMembers> excluded_{};
   BroadcastRendezvous* rendezvous_;
   BroadcastOptions options_;
   std::unique_ptr<GroupComm> comm_;
