@@ -78,6 +78,11 @@ class Trainer {
         watcher_(&table_, args.state_dir, kRole) {}
 
   Status Run();
+  // Before the stage reports ready: one GRPO step of a throwaway adapter on a small batch of
+  // made-up rows (full LoRA targets), so the first tenant's first step does not pay LibTorch's
+  // and the BLAS's one-time costs (on the 2-core machine a fresh trainer's first step cost 21.8
+  // ms of CPU against 8.9 ms later). Touches no tenant, segment or metric.
+  Status WarmUp();
 
  private:
   // Follows the tenant table: starts new tenants, forgets settled or replaced ones.
@@ -635,6 +640,32 @@ Status Trainer::Run() {
 
 }  // namespace
 
+Status Trainer::WarmUp() {
+  MARLAAS_ASSIGN_OR_RETURN(model::LoraAdapter adapter,
+                           model::LoraAdapter::Create(*base_, 8, 16, (1u << kNumLoraTargets) - 1,
+                                                      /*seed=*/1));
+  adapter.flat().set_requires_grad(true);
+  torch::optim::AdamW optimizer(std::vector<torch::Tensor>{adapter.flat()},
+                                torch::optim::AdamWOptions(1e-4));
+  rl::TenantStep step;
+  step.adapter = &adapter;
+  step.optimizer = &optimizer;
+  const int32_t vocab = int32_t(base_->config.vocab_size);
+  for (int row = 0; row < 4; ++row) {
+    rl::Completion c;
+    for (int32_t i = 0; i < 24; ++i) c.tokens.push_back((row * 31 + i * 7) % vocab);
+    c.behaviour_logprobs.assign(c.tokens.size(), -1.0f);
+    c.loss_mask.assign(c.tokens.size(), 0);
+    for (size_t i = 12; i < c.tokens.size(); ++i) c.loss_mask[i] = 1;
+    c.advantage = row % 2 == 0 ? 1.0f : -1.0f;
+    step.completions.push_back(std::move(c));
+  }
+  std::vector<rl::TenantStep> steps;
+  steps.push_back(std::move(step));
+  rl::MultiTenantStep(model_, steps);
+  return Status::Ok();
+}
+
 Status RunTrainer(const pipeline::StageArgs& args) {
   model::SetComputeThreads(args.threads);
   MARLAAS_ASSIGN_OR_RETURN(auto base, model::BaseWeights::Load(args.model_dir));
@@ -648,7 +679,10 @@ Status RunTrainer(const pipeline::StageArgs& args) {
                            MetricsSegment::Attach(args.instance, pipeline::kRolloutRole));
   Trainer stage(args, std::move(base), std::move(table), std::move(store), std::move(metrics),
                 std::move(rollout_metrics), std::move(input));
-  StageLog(kRole, "ready (model %s)", args.model_dir.c_str());
+  const int64_t warm0 = MonotonicNanos();
+  MARLAAS_RETURN_IF_ERROR(stage.WarmUp());
+  StageLog(kRole, "ready (model %s; warmed up in %.0f ms)", args.model_dir.c_str(),
+           double(MonotonicNanos() - warm0) / 1e6);
   return stage.Run();
 }
 
