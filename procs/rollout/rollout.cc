@@ -187,6 +187,9 @@ void Rollout::RefreshAdapter(RolloutTenant* t) {
 }
 
 void Rollout::SyncTenants() {
+  // Device adapter buffers (CUDA IPC store) that the trainer retired, or whose trainer died, are
+  // let go here so their memory returns; the host store has nothing to let go.
+  store_.Sweep();
   const auto& watched = watcher_.Poll();
   std::map<int, bool> seen;
   for (const pipeline::WatchedTenant& w : watched) {
