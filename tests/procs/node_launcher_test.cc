@@ -55,7 +55,9 @@ class FakeHost {
   std::string dir_;
 };
 
-bool Has(const LaunchResult& r, const std::string& line) { return r.out.find(line) != std::string::npos; }
+bool Has(const LaunchResult& r, const std::string& line) {
+  return r.out.find(line) != std::string::npos;
+}
 
 TEST(NodeLauncherTest, EightGpusSplitTwoTrainersAndSixRolloutsAndStartNothingOnADryRun) {
   FakeHost host(8);
