@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Every GPU check in one run, for a GPU host that is lent for minutes (README, "GPU checks"):
 # builds the GPU-check configuration (base, shm, kernels and their CUDA tests and benchmarks; no
-# LibTorch, protobuf or seccomp needed), runs the CUDA tests (kernels against the CPU references
-# on random inputs, the adapter store's IPC handoff between processes with kill -9 of either
-# side, the NCCL broadcast between processes when there are two or more GPUs) and the GPU
+# protobuf or seccomp needed; with the host PyTorch's LibTorch also model/ and rl/), runs the
+# CUDA tests (kernels against the CPU references on random inputs, the adapter store's IPC
+# handoff between processes with kill -9 of either side, the NCCL broadcast between processes
+# when there are two or more GPUs, the model on the GPU against the CPU: LoRA pool steps, greedy
+# generation, fused log-probs, a GRPO step, the base shared by two processes) and the GPU
 # benchmarks, then prints one table last. Well within 8 minutes on a 16-core H200 host.
 #
 #   bench/gpu_check.sh            (from anywhere; logs and JSON go to $OUT, default build-gpu/out)
@@ -53,6 +55,15 @@ if compgen -G ".gpudeps/*.deb" > /dev/null; then
   done
   [[ -d "$deps/usr/include/boost/interprocess" ]] && args+=(-DMARLAAS_BOOST_INCLUDE="$deps/usr/include")
   [[ -d "$deps/usr/src/googletest" ]] && args+=(-DMARLAAS_GTEST_SOURCE="$deps/usr/src/googletest")
+  [[ -f "$deps/usr/include/nlohmann/json.hpp" ]] && args+=(-DMARLAAS_NLOHMANN_INCLUDE="$deps/usr/include")
+fi
+# The model's CUDA test needs a CUDA LibTorch: the one inside the host's PyTorch.
+torch_prefix=$(python3 -c 'import torch; assert torch.version.cuda; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)
+if [[ -n "$torch_prefix" ]]; then
+  args+=(-DMARLAAS_GPU_CHECK_TORCH=ON -DCMAKE_PREFIX_PATH="$torch_prefix")
+  echo "LibTorch: $torch_prefix"
+else
+  echo "LibTorch: no CUDA PyTorch here; the model's CUDA test is not built"
 fi
 nccl_root=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
 [[ -n "$nccl_root" && -d "$nccl_root/include" ]] && args+=(-DNCCL_ROOT="$nccl_root")
@@ -60,7 +71,7 @@ echo "cmake ${args[*]}"
 
 echo "== build ($(elapsed))"
 if timeout "$(limit 90)" cmake -S . -B build-gpu "${args[@]}" > "$OUT/configure.log" 2>&1 &&
-   timeout "$(limit 240)" cmake --build build-gpu -j "$(nproc)" > "$OUT/build.log" 2>&1; then
+   timeout "$(limit 300)" cmake --build build-gpu -j "$(nproc)" > "$OUT/build.log" 2>&1; then
   row build "ok" "$(grep -c 'Building' "$OUT/build.log") objects, $(elapsed)"
 else
   tail -30 "$OUT/configure.log" "$OUT/build.log" 2>/dev/null
@@ -86,6 +97,11 @@ gtest() {
 
 gtest kernels_test 90 --gtest_filter='*Cuda*:GpuInfo*'
 gtest shm_cuda_test 120
+if [[ -n "$torch_prefix" ]]; then
+  gtest model_cuda_test 150
+else
+  row model_cuda_test "FAILED" "not built: no CUDA PyTorch on this host"
+fi
 if [[ "$ngpu" -ge 2 ]]; then
   gtest nccl_test 120
 else

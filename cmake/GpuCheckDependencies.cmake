@@ -5,6 +5,25 @@
 #   -DMARLAAS_BOOST_INCLUDE=<root>/usr/include  -DMARLAAS_GTEST_SOURCE=<root>/usr/src/googletest
 find_package(Threads REQUIRED)
 
+# With MARLAAS_GPU_CHECK_TORCH, model/ and rl/ and the model's CUDA test too: LibTorch from the
+# host's PyTorch (CMAKE_PREFIX_PATH=torch.utils.cmake_prefix_path) and nlohmann/json's headers,
+# from -DMARLAAS_NLOHMANN_INCLUDE=<root>/usr/include or installed.
+option(MARLAAS_GPU_CHECK_TORCH "Also build the model and its CUDA test (needs LibTorch)" OFF)
+if(MARLAAS_GPU_CHECK_TORCH)
+  if(MARLAAS_NLOHMANN_INCLUDE)
+    if(NOT EXISTS "${MARLAAS_NLOHMANN_INCLUDE}/nlohmann/json.hpp")
+      message(FATAL_ERROR "MARLAAS_NLOHMANN_INCLUDE=${MARLAAS_NLOHMANN_INCLUDE} holds no nlohmann/json.hpp")
+    endif()
+    add_library(nlohmann_json::nlohmann_json INTERFACE IMPORTED)
+    set_target_properties(nlohmann_json::nlohmann_json PROPERTIES INTERFACE_INCLUDE_DIRECTORIES
+                          "${MARLAAS_NLOHMANN_INCLUDE}")
+  else()
+    find_package(nlohmann_json 3.10 REQUIRED)
+  endif()
+  include(cmake/Torch.cmake)  # first: its ABI flags apply to GoogleTest too
+endif()
+
+
 if(MARLAAS_BOOST_INCLUDE)
   if(NOT EXISTS "${MARLAAS_BOOST_INCLUDE}/boost/interprocess")
     message(FATAL_ERROR "MARLAAS_BOOST_INCLUDE=${MARLAAS_BOOST_INCLUDE} holds no boost/interprocess")

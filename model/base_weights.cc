@@ -85,39 +85,49 @@ class TensorSource {
 int64_t BaseWeights::InDim(LoraTarget t) const { return layers[0].proj[size_t(t)].size(1); }
 int64_t BaseWeights::OutDim(LoraTarget t) const { return layers[0].proj[size_t(t)].size(0); }
 
-Result<std::shared_ptr<const BaseWeights>> BaseWeights::Load(const std::string& dir) {
+Result<std::shared_ptr<BaseWeights>> BaseWeights::FromLookup(const ModelConfig& c,
+                                                             const Lookup& get) {
   auto w = std::make_shared<BaseWeights>();
-  MARLAAS_ASSIGN_OR_RETURN(w->config, ModelConfig::Load(dir));
-  const ModelConfig& c = w->config;
-  TensorSource src;
-  MARLAAS_RETURN_IF_ERROR(src.Open(dir));
+  w->config = c;
   const int64_t h = c.hidden_size, q = int64_t(c.num_heads) * c.head_dim,
                 kv = int64_t(c.num_kv_heads) * c.head_dim, ff = c.intermediate_size;
-  MARLAAS_ASSIGN_OR_RETURN(w->embed, src.Get("model.embed_tokens.weight", {c.vocab_size, h}));
-  MARLAAS_ASSIGN_OR_RETURN(w->final_norm, src.Get("model.norm.weight", {h}));
+  MARLAAS_ASSIGN_OR_RETURN(w->embed, get("model.embed_tokens.weight", {c.vocab_size, h}));
+  MARLAAS_ASSIGN_OR_RETURN(w->final_norm, get("model.norm.weight", {h}));
   if (c.tie_word_embeddings) {
     w->lm_head = w->embed;
   } else {
-    MARLAAS_ASSIGN_OR_RETURN(w->lm_head, src.Get("lm_head.weight", {c.vocab_size, h}));
+    MARLAAS_ASSIGN_OR_RETURN(w->lm_head, get("lm_head.weight", {c.vocab_size, h}));
   }
   const std::vector<int64_t> shapes[kNumLoraTargets] = {{q, h},  {kv, h}, {kv, h}, {h, q},
                                                         {ff, h}, {ff, h}, {h, ff}};
   for (int i = 0; i < c.num_layers; ++i) {
     LayerWeights L;
     const std::string p = "model.layers." + std::to_string(i);
-    MARLAAS_ASSIGN_OR_RETURN(L.input_norm, src.Get(p + ".input_layernorm.weight", {h}));
-    MARLAAS_ASSIGN_OR_RETURN(L.post_norm, src.Get(p + ".post_attention_layernorm.weight", {h}));
+    MARLAAS_ASSIGN_OR_RETURN(L.input_norm, get(p + ".input_layernorm.weight", {h}));
+    MARLAAS_ASSIGN_OR_RETURN(L.post_norm, get(p + ".post_attention_layernorm.weight", {h}));
     for (int t = 0; t < kNumLoraTargets; ++t) {
       MARLAAS_ASSIGN_OR_RETURN(L.proj[size_t(t)],
-                               src.Get(ProjName(i, LoraTarget(t)) + ".weight", shapes[t]));
+                               get(ProjName(i, LoraTarget(t)) + ".weight", shapes[t]));
     }
     if (c.qkv_bias) {
-      MARLAAS_ASSIGN_OR_RETURN(L.q_bias, src.Get(p + ".self_attn.q_proj.bias", {q}));
-      MARLAAS_ASSIGN_OR_RETURN(L.k_bias, src.Get(p + ".self_attn.k_proj.bias", {kv}));
-      MARLAAS_ASSIGN_OR_RETURN(L.v_bias, src.Get(p + ".self_attn.v_proj.bias", {kv}));
+      MARLAAS_ASSIGN_OR_RETURN(L.q_bias, get(p + ".self_attn.q_proj.bias", {q}));
+      MARLAAS_ASSIGN_OR_RETURN(L.k_bias, get(p + ".self_attn.k_proj.bias", {kv}));
+      MARLAAS_ASSIGN_OR_RETURN(L.v_bias, get(p + ".self_attn.v_proj.bias", {kv}));
     }
     w->layers.push_back(std::move(L));
   }
+  return w;
+}
+
+Result<std::shared_ptr<const BaseWeights>> BaseWeights::Load(const std::string& dir) {
+  MARLAAS_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::Load(dir));
+  TensorSource src;
+  MARLAAS_RETURN_IF_ERROR(src.Open(dir));
+  MARLAAS_ASSIGN_OR_RETURN(
+      std::shared_ptr<BaseWeights> w,
+      FromLookup(config, [&](const std::string& name, std::vector<int64_t> shape) {
+        return src.Get(name, std::move(shape));
+      }));
   w->files = std::move(src.files_);
   return std::shared_ptr<const BaseWeights>(std::move(w));
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,8 +34,17 @@ struct BaseWeights {
   torch::Tensor lm_head;     // [vocab, hidden]; the embedding when tied
   std::vector<LayerWeights> layers;
   std::vector<std::shared_ptr<const SafetensorsFile>> files;  // keep the mappings alive
+  std::shared_ptr<const void> storage;  // keeps a block the tensors view alive (packed weights)
 
   static Result<std::shared_ptr<const BaseWeights>> Load(const std::string& model_dir);
+  // The tensor named `name` (Hugging Face names, as NamedTensors gives them), which must have
+  // `shape`; an error names the tensor.
+  using Lookup =
+      std::function<Result<torch::Tensor>(const std::string& name, std::vector<int64_t> shape)>;
+  // Weights of `config` built from a lookup: what Load (checkpoint files) and the packed views
+  // (model/packed_weights.h) share.
+  static Result<std::shared_ptr<BaseWeights>> FromLookup(const ModelConfig& config,
+                                                         const Lookup& get);
   // Fresh weights: projections and embeddings ~ N(0, init_std), norms = 1, biases = 0.
   // Deterministic for a seed. For benchmarks, tests and the start of pretraining.
   static std::shared_ptr<BaseWeights> Random(const ModelConfig& config, uint64_t seed,

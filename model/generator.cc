@@ -4,10 +4,22 @@
 
 namespace marlaas::model {
 
+Generator::Generator(const Transformer& model) : model_(model) {
+  if (model_.device().is_cuda())
+    pool_ = std::make_unique<LoraPool>(model_.weights(), model_.device());
+}
+
 void Generator::Add(GenerationRequest request) {
   TORCH_CHECK(!request.prompt.empty(), "a generation request needs a prompt");
-  auto seq = std::unique_ptr<Sequence>(new Sequence{std::move(request), KvCache(model_.config()),
-                                                    SamplerRng(0), GenerationResult{}, false});
+  int slot = -1;
+  if (pool_ && request.adapter) {
+    Result<int> acquired = pool_->Acquire(request.adapter);
+    TORCH_CHECK(acquired.ok(), acquired.status().ToString());
+    slot = *acquired;
+  }
+  auto seq = std::unique_ptr<Sequence>(
+      new Sequence{std::move(request), KvCache(model_.config(), 64, model_.device()), SamplerRng(0),
+                   GenerationResult{}, false, slot});
   seq->rng = SamplerRng(seq->req.seed);
   seq->result.id = seq->req.id;
   seqs_.push_back(std::move(seq));
@@ -28,15 +40,25 @@ std::vector<GenerationResult> Generator::Step() {
     inputs.push_back(torch::tensor(std::vector<int64_t>(in.begin(), in.end()), torch::kInt64));
     caches.push_back(&s->cache);
     int32_t index = -1;
-    if (s->req.adapter) {
+    if (pool_) {
+      index = s->pool_slot;
+      if (index >= 0 && std::find(routing.row_adapter.begin(), routing.row_adapter.end(), index) ==
+                            routing.row_adapter.end())
+        ++last_step_.adapters;
+    } else if (s->req.adapter) {
       auto it = std::find(routing.adapters.begin(), routing.adapters.end(), s->req.adapter.get());
       index = int32_t(it - routing.adapters.begin());
       if (it == routing.adapters.end()) routing.adapters.push_back(s->req.adapter.get());
     }
     routing.row_adapter.push_back(index);
   }
-  last_step_.adapters = routing.adapters.size();
-  auto logits = model_.Step(inputs, caches, &routing).contiguous();
+  if (pool_) {
+    routing.pool = pool_.get();
+  } else {
+    last_step_.adapters = routing.adapters.size();
+  }
+  // Sampling runs on the CPU (per-row streams, top-k/top-p): one copy of [rows, vocab] a step.
+  auto logits = model_.Step(inputs, caches, &routing).to(torch::kCPU).contiguous();
   const int32_t vocab = int32_t(logits.size(1));
   std::vector<std::unique_ptr<Sequence>> still;
   for (size_t b = 0; b < seqs_.size(); ++b) {
@@ -51,6 +73,7 @@ std::vector<GenerationResult> Generator::Step() {
     if (stop || int32_t(s.result.tokens.size()) >= s.req.max_new_tokens) {
       s.result.hit_stop = stop;
       done.push_back(std::move(s.result));
+      if (pool_ && s.req.adapter) pool_->Release(s.req.adapter.get());
     } else {
       still.push_back(std::move(seqs_[b]));
     }

@@ -2,7 +2,9 @@
 // sampling parameters and seed) join and leave between steps; each Step prefills the sequences
 // that joined and decodes one token for the others, all in one packed forward. A sequence keeps
 // the adapter object it started with, so publishing a tenant's new adapter affects only that
-// tenant's later sequences: no global pause. One thread drives a Generator.
+// tenant's later sequences: no global pause. On a CUDA device the adapters in use are resident
+// in a LoraPool (copied in when their first sequence joins, freed when their last one leaves)
+// and the logits come back to the CPU for sampling. One thread drives a Generator.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "model/kv_cache.h"
+#include "model/lora_pool.h"
 #include "model/sampler.h"
 #include "model/transformer.h"
 
@@ -41,9 +44,10 @@ struct StepShape {
 
 class Generator {
  public:
-  explicit Generator(const Transformer& model) : model_(model) {}
+  explicit Generator(const Transformer& model);
 
-  // The sequence joins the batch at the next Step.
+  // The sequence joins the batch at the next Step. Throws (c10::Error) when its adapter cannot
+  // be placed on the model's device (e.g. a rank above LoraPool::kMaxPoolRank).
   void Add(GenerationRequest request);
   // Advances every active sequence by one token; returns those that finished.
   std::vector<GenerationResult> Step();
@@ -57,8 +61,10 @@ class Generator {
     SamplerRng rng;
     GenerationResult result;
     bool prefilled = false;
+    int pool_slot = -1;
   };
   const Transformer& model_;
+  std::unique_ptr<LoraPool> pool_;  // only on a CUDA device
   std::vector<std::unique_ptr<Sequence>> seqs_;
   StepShape last_step_;
 };

@@ -2,10 +2,11 @@
 
 namespace marlaas::model {
 
-KvCache::KvCache(const ModelConfig& c, int64_t initial_capacity) {
+KvCache::KvCache(const ModelConfig& c, int64_t initial_capacity, torch::Device device) {
+  const auto options = torch::TensorOptions(torch::kFloat32).device(device);
   for (int l = 0; l < c.num_layers; ++l) {
-    k_.push_back(torch::empty({c.num_kv_heads, initial_capacity, c.head_dim}));
-    v_.push_back(torch::empty({c.num_kv_heads, initial_capacity, c.head_dim}));
+    k_.push_back(torch::empty({c.num_kv_heads, initial_capacity, c.head_dim}, options));
+    v_.push_back(torch::empty({c.num_kv_heads, initial_capacity, c.head_dim}, options));
   }
   capacity_ = initial_capacity;
 }
@@ -14,8 +15,8 @@ void KvCache::Reserve(int64_t capacity) {
   if (capacity <= capacity_) return;
   const int64_t grown = std::max(capacity, capacity_ * 2);
   for (size_t l = 0; l < k_.size(); ++l) {
-    auto k = torch::empty({k_[l].size(0), grown, k_[l].size(2)});
-    auto v = torch::empty({v_[l].size(0), grown, v_[l].size(2)});
+    auto k = torch::empty({k_[l].size(0), grown, k_[l].size(2)}, k_[l].options());
+    auto v = torch::empty({v_[l].size(0), grown, v_[l].size(2)}, v_[l].options());
     k.narrow(1, 0, capacity_).copy_(k_[l]);
     v.narrow(1, 0, capacity_).copy_(v_[l]);
     k_[l] = k;

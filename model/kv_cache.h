@@ -1,5 +1,5 @@
 // KvCache: one sequence's attention keys and values, per layer, growing as tokens are added.
-// Owned by the sequence; used by one thread at a time.
+// Owned by the sequence; used by one thread at a time. Lives on `device` (the model's).
 #pragma once
 
 #include <vector>
@@ -11,7 +11,8 @@ namespace marlaas::model {
 
 class KvCache {
  public:
-  explicit KvCache(const ModelConfig& config, int64_t initial_capacity = 64);
+  explicit KvCache(const ModelConfig& config, int64_t initial_capacity = 64,
+                   torch::Device device = torch::kCPU);
 
   int64_t length() const { return length_; }
   // Appends k, v [kv_heads, t, head_dim] for `layer`; the new length becomes visible after

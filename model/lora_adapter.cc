@@ -78,6 +78,28 @@ Result<LoraAdapter> LoraAdapter::FromFlat(const AdapterLayout& layout, const flo
   return a;
 }
 
+Result<LoraAdapter> LoraAdapter::FromFlatTensor(const AdapterLayout& layout, torch::Tensor flat) {
+  MARLAAS_RETURN_IF_ERROR(layout.Validate());
+  if (layout.dtype_bytes != 4 || flat.scalar_type() != torch::kFloat32) {
+    return Status(StatusCode::kInvalidArgument, "adapters are f32");
+  }
+  if (flat.dim() != 1 || uint64_t(flat.numel()) != layout.NumElements() || !flat.is_contiguous()) {
+    return Status(StatusCode::kInvalidArgument,
+                  "flat adapter tensor has " + std::to_string(flat.numel()) +
+                      " elements (contiguous, 1-D expected), its layout " +
+                      std::to_string(layout.NumElements()));
+  }
+  LoraAdapter a;
+  a.layout_ = layout;
+  a.flat_ = std::move(flat);
+  return a;
+}
+
+void LoraAdapter::MoveTo(const torch::Device& device) {
+  if (flat_.device() == device) return;
+  flat_ = flat_.detach().to(device);
+}
+
 Result<LoraAdapter> LoraAdapter::ImportPeft(const std::string& dir, const BaseWeights& base) {
   MARLAAS_ASSIGN_OR_RETURN(std::string text, ReadFile(dir + "/adapter_config.json"));
   json cfg = json::parse(text, nullptr, false);
@@ -169,8 +191,8 @@ Status LoraAdapter::ExportPeft(const std::string& dir, const std::string& base_m
   for (int l = 0; l < int(layout_.num_layers); ++l) {
     for (int t = 0; t < kNumLoraTargets; ++t) {
       if (!has(LoraTarget(t))) continue;
-      tensors[PeftKey(l, LoraTarget(t), "lora_A")] = A(l, LoraTarget(t)).detach();
-      tensors[PeftKey(l, LoraTarget(t), "lora_B")] = B(l, LoraTarget(t)).detach();
+      tensors[PeftKey(l, LoraTarget(t), "lora_A")] = A(l, LoraTarget(t)).detach().cpu();
+      tensors[PeftKey(l, LoraTarget(t), "lora_B")] = B(l, LoraTarget(t)).detach().cpu();
     }
   }
   MARLAAS_RETURN_IF_ERROR(

@@ -23,6 +23,12 @@ class LoraAdapter {
                                     uint32_t target_mask, uint64_t seed);
   // An adapter of `layout` holding a copy of `data` (layout.NumElements() floats).
   static Result<LoraAdapter> FromFlat(const AdapterLayout& layout, const float* data);
+  // An adapter of `layout` over `flat` (layout.NumElements() f32 elements, contiguous, on any
+  // device), taken as is (no copy).
+  static Result<LoraAdapter> FromFlatTensor(const AdapterLayout& layout, torch::Tensor flat);
+  // Moves the weights to `device` (a no-op when already there); the new `flat` is a leaf that
+  // does not require grad. Call before building an optimizer over it.
+  void MoveTo(const torch::Device& device);
   // Reads a PEFT adapter directory; checks it against `base`.
   static Result<LoraAdapter> ImportPeft(const std::string& dir, const BaseWeights& base);
   // Writes adapter_config.json and adapter_model.safetensors (atomically each).
@@ -38,7 +44,7 @@ class LoraAdapter {
   torch::Tensor A(int layer, LoraTarget t) const;
   torch::Tensor BT(int layer, LoraTarget t) const;
   torch::Tensor B(int layer, LoraTarget t) const { return BT(layer, t).t(); }
-  // Raw pointers to the same data, for the kernels (no tensor ops on the hot path).
+  // Raw pointers to the same data, for the CPU kernels (no tensor ops on the hot path).
   const float* APtr(int layer, LoraTarget t) const {
     return flat_.data_ptr<float>() + layout_.OffsetOfA(uint32_t(layer), t);
   }

@@ -1,6 +1,10 @@
 #include "model/lora_apply.h"
 
 #include "kernels/lora_ops.h"
+#include "model/lora_pool.h"
+#if MARLAAS_HAVE_CUDA
+#include "model/lora_apply_cuda.h"
+#endif
 
 namespace marlaas::model {
 namespace {
@@ -71,6 +75,13 @@ torch::Tensor WithKernels(const torch::Tensor& x, const torch::Tensor& y, int la
 
 }  // namespace
 
+void LoraSegments::SetPoolSegments(const LoraPool* p) {
+  pool = p;
+  const auto options = torch::TensorOptions(torch::kInt32).device(p->device());
+  device_start = torch::tensor(start, torch::kInt32).to(options.device());
+  device_adapter = torch::tensor(adapter, torch::kInt32).to(options.device());
+}
+
 LoraSegments LoraSegments::Uniform(std::vector<const LoraAdapter*> adapters,
                                    const std::vector<int32_t>& adapter_per_block,
                                    int32_t rows_each) {
@@ -95,10 +106,19 @@ torch::Tensor AddLoraDelta(const torch::Tensor& x, const torch::Tensor& y, int l
   TORCH_CHECK(x.dim() == 2 && y.dim() == 2 && x.size(0) == y.size(0), "rows of x and y differ");
   TORCH_CHECK(segs.start.size() == segs.adapter.size() + 1 && segs.start.back() == x.size(0),
               "LoRA segments must cover every row");
+  if (segs.pool != nullptr) {
+    TORCH_CHECK(!torch::GradMode::is_enabled(), "a LoraPool is for generation: disable autograd");
+    TORCH_CHECK(x.device() == segs.pool->device(), "LoRA pool and activations on other devices");
+#if MARLAAS_HAVE_CUDA
+    return AddLoraDeltaCuda(x, y, layer, target, segs);
+#else
+    TORCH_CHECK(false, "LoRA pool forward needs a build with CUDA");
+#endif
+  }
   for (int32_t k : segs.adapter) {
     TORCH_CHECK(k < int32_t(segs.adapters.size()), "LoRA adapter index out of range");
   }
-  if (torch::GradMode::is_enabled()) return WithAutograd(x, y, layer, target, segs);
+  if (torch::GradMode::is_enabled() || !x.is_cpu()) return WithAutograd(x, y, layer, target, segs);
   return WithKernels(x, y, layer, target, segs);
 }
 

@@ -1,7 +1,9 @@
 // Adding each row's LoRA delta, scale·(x·Aᵀ)·Bᵀ, to a projection's output. Rows are grouped in
 // contiguous segments that share an adapter (-1: none). With autograd on, each segment uses
 // LibTorch ops, so gradients reach the adapters' flat tensors; with autograd off, the SGMV
-// kernels (BGMV when every segment is one row, as in decoding) do the work in place.
+// kernels (BGMV when every segment is one row, as in decoding) do the work in place: on the CPU
+// over the adapters' own tensors, on a CUDA device over a LoraPool's stacks (without a pool,
+// CUDA rows take the LibTorch path).
 #pragma once
 
 #include <vector>
@@ -11,10 +13,18 @@
 
 namespace marlaas::model {
 
+class LoraPool;
+
 struct LoraSegments {
   std::vector<const LoraAdapter*> adapters;
   std::vector<int32_t> start;    // segment s covers rows [start[s], start[s+1]); size num + 1
   std::vector<int32_t> adapter;  // index into adapters, -1 for none; size num
+  // With a pool (CUDA rollout): `adapter` holds pool slots instead and `adapters` is unused;
+  // start and adapter as int32 tensors on the pool's device (SetPoolSegments makes them once for
+  // every projection of a forward).
+  const LoraPool* pool = nullptr;
+  torch::Tensor device_start, device_adapter;
+  void SetPoolSegments(const LoraPool* p);
   // Blocks of `rows_each` rows whose adapters are given per block; consecutive blocks with the
   // same adapter are merged into one segment.
   static LoraSegments Uniform(std::vector<const LoraAdapter*> adapters,

@@ -1,6 +1,10 @@
 #include "model/token_logprobs.h"
 
 #include "kernels/logprob_ops.h"
+#if MARLAAS_HAVE_CUDA
+#include "kernels/cuda/logprob_cuda.h"
+#include "model/cuda_tensor_ref.h"
+#endif
 
 namespace marlaas::model {
 namespace {
@@ -13,16 +17,25 @@ class TokenLogprobsFn : public torch::autograd::Function<TokenLogprobsFn> {
                 "logits must be [N, vocab] f32");
     TORCH_CHECK(targets.dim() == 1 && targets.size(0) == logits.size(0), "one target per row");
     auto l = logits.contiguous();
-    auto t = targets.to(torch::kInt32).contiguous();
+    auto t = targets.to(l.device(), torch::kInt32).contiguous();
     TORCH_CHECK(t.numel() == 0 ||
                     (t.min().item<int32_t>() >= 0 && t.max().item<int32_t>() < int32_t(l.size(1))),
                 "target token out of range");
-    auto out = torch::empty({l.size(0)});
-    auto lse = torch::empty({l.size(0)});
-    kernels::LogprobProblem p{int32_t(l.size(0)), int32_t(l.size(1)), l.size(1),
-                              float(1.0 / temperature)};
-    kernels::TokenLogprobs(p, l.data_ptr<float>(), t.data_ptr<int32_t>(), out.data_ptr<float>(),
-                           lse.data_ptr<float>());
+    auto out = torch::empty({l.size(0)}, l.options());
+    auto lse = torch::empty({l.size(0)}, l.options());
+    if (l.is_cuda()) {
+#if MARLAAS_HAVE_CUDA
+      CheckLaunch(kernels::cuda::TokenLogprobs(RefOf(l), RefOf(t), float(1.0 / temperature),
+                                               RefOf(out), RefOf(lse), /*stream=*/nullptr));
+#else
+      TORCH_CHECK(false, "TokenLogprobs on a CUDA device needs a build with CUDA");
+#endif
+    } else {
+      kernels::LogprobProblem p{int32_t(l.size(0)), int32_t(l.size(1)), l.size(1),
+                                float(1.0 / temperature)};
+      kernels::TokenLogprobs(p, l.data_ptr<float>(), t.data_ptr<int32_t>(), out.data_ptr<float>(),
+                             lse.data_ptr<float>());
+    }
     ctx->save_for_backward({l, t, lse});
     ctx->saved_data["inv_t"] = 1.0 / temperature;
     return out;
@@ -34,11 +47,20 @@ class TokenLogprobsFn : public torch::autograd::Function<TokenLogprobsFn> {
     auto l = saved[0], t = saved[1], lse = saved[2];
     auto g = grads[0].contiguous();
     auto dl = torch::empty_like(l);
-    kernels::LogprobProblem p{int32_t(l.size(0)), int32_t(l.size(1)), l.size(1),
-                              float(ctx->saved_data["inv_t"].toDouble())};
-    kernels::TokenLogprobsBackward(p, l.data_ptr<float>(), t.data_ptr<int32_t>(),
-                                   lse.data_ptr<float>(), g.data_ptr<float>(),
-                                   dl.data_ptr<float>());
+    const float inv_t = float(ctx->saved_data["inv_t"].toDouble());
+    if (l.is_cuda()) {
+#if MARLAAS_HAVE_CUDA
+      CheckLaunch(kernels::cuda::TokenLogprobsBackward(RefOf(l), RefOf(t), inv_t, RefOf(lse),
+                                                       RefOf(g), RefOf(dl), /*stream=*/nullptr));
+#else
+      TORCH_CHECK(false, "TokenLogprobs on a CUDA device needs a build with CUDA");
+#endif
+    } else {
+      kernels::LogprobProblem p{int32_t(l.size(0)), int32_t(l.size(1)), l.size(1), inv_t};
+      kernels::TokenLogprobsBackward(p, l.data_ptr<float>(), t.data_ptr<int32_t>(),
+                                     lse.data_ptr<float>(), g.data_ptr<float>(),
+                                     dl.data_ptr<float>());
+    }
     return {dl, torch::Tensor(), torch::Tensor()};
   }
 };

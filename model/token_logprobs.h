@@ -1,7 +1,8 @@
-// Log-probabilities of chosen tokens as an autograd op over the fused CPU kernel
-// (kernels/logprob_ops.h): forward keeps only logsumexp per row; backward writes d logits. The
-// trainer uses this for π_θ(token) with the same temperature the rollout sampled at, so the
-// importance ratio compares like with like (see model/sampler.h).
+// Log-probabilities of chosen tokens as an autograd op over the fused kernel (kernels/
+// logprob_ops.h on the CPU, kernels/cuda/logprob_cuda.h for logits on a CUDA device): forward keeps
+// only logsumexp per row; backward writes d logits. The trainer uses this for π_θ(token) with the
+// same temperature the rollout sampled at, so the importance ratio compares like with like (see
+// model/sampler.h).
 #pragma once
 
 #include "model/torch_pch.h"

@@ -7,7 +7,7 @@ namespace marlaas::model {
 Transformer::Transformer(std::shared_ptr<const BaseWeights> weights) : w_(std::move(weights)) {
   const auto& c = w_->config;
   auto idx = torch::arange(0, c.head_dim, 2, torch::kFloat64) / double(c.head_dim);
-  inv_freq_ = torch::pow(double(c.rope_theta), idx).reciprocal().to(torch::kFloat32);
+  inv_freq_ = torch::pow(double(c.rope_theta), idx).reciprocal().to(torch::kFloat32).to(device());
 }
 
 std::pair<torch::Tensor, torch::Tensor> Transformer::Rope(const torch::Tensor& positions) const {
@@ -64,7 +64,7 @@ torch::Tensor Transformer::Block(const torch::Tensor& x, int layer, const torch:
     v = v.repeat_interleave(group, 1);
   }
   auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(D));
-  auto causal = torch::ones({T, T}, torch::kBool).triu(1);
+  auto causal = torch::ones({T, T}, x.options().dtype(torch::kBool)).triu(1);
   scores = scores.masked_fill(causal, -std::numeric_limits<float>::infinity());
   auto attn = torch::matmul(torch::softmax(scores, -1), v);  // [B, H, T, D]
   attn = attn.transpose(1, 2).reshape({B * T, c.num_heads * D});
@@ -75,11 +75,13 @@ torch::Tensor Transformer::Block(const torch::Tensor& x, int layer, const torch:
 torch::Tensor Transformer::Hidden(const torch::Tensor& tokens, const LoraRouting* lora) const {
   TORCH_CHECK(tokens.dim() == 2, "tokens must be [batch, time]");
   const int64_t T = tokens.size(1);
-  auto x = w_->embed.index_select(0, tokens.reshape({-1})).view({tokens.size(0), T, -1});
-  auto [cos, sin] = Rope(torch::arange(T, torch::kInt64));
+  auto x =
+      w_->embed.index_select(0, tokens.to(device()).reshape({-1})).view({tokens.size(0), T, -1});
+  auto [cos, sin] = Rope(torch::arange(T, torch::TensorOptions(torch::kInt64).device(device())));
   LoraSegments segs;
   if (lora != nullptr) {
     TORCH_CHECK(int64_t(lora->row_adapter.size()) == tokens.size(0), "one adapter per batch row");
+    TORCH_CHECK(lora->pool == nullptr, "a LoraPool serves Step only");
     segs = LoraSegments::Uniform(lora->adapters, lora->row_adapter, int32_t(T));
   }
   for (int l = 0; l < int(w_->layers.size()); ++l) {

@@ -1,7 +1,9 @@
 // Transformer: the Llama-family decoder (RMSNorm, RoPE, SwiGLU, grouped-query attention, tied or
 // untied embeddings, Qwen2's q/k/v bias) over frozen BaseWeights, with a LoRA adapter per batch
 // row. With autograd on (training), LoRA is computed with LibTorch ops per adapter group, so each
-// adapter's `flat` receives its gradient; with autograd off (rollout), it runs the SGMV kernels.
+// adapter's `flat` receives its gradient; with autograd off (rollout), it runs the SGMV kernels:
+// the CPU ones, or on a CUDA device the CUDA ones over a LoraPool (model/lora_pool.h).
+// The model runs where its weights are (CPU or a CUDA device: model/device.h).
 // Const methods are safe to call from several threads.
 #pragma once
 
@@ -17,9 +19,11 @@
 namespace marlaas::model {
 
 // Which adapter each batch row uses (-1: base only). Rows of one adapter need not be adjacent.
+// With a pool (Step on a CUDA device), row_adapter holds pool slots and adapters is unused.
 struct LoraRouting {
   std::vector<const LoraAdapter*> adapters;
   std::vector<int32_t> row_adapter;
+  const LoraPool* pool = nullptr;
 };
 
 class Transformer {
@@ -28,6 +32,9 @@ class Transformer {
 
   const ModelConfig& config() const { return w_->config; }
   const BaseWeights& weights() const { return *w_; }
+  // Where the weights live; every tensor the model makes is made there, and inputs are moved
+  // there (tokens may come from the CPU). Results stay on this device.
+  torch::Device device() const { return w_->embed.device(); }
 
   // Causal forward over whole sequences. tokens: [B, T] int64 (right-padded rows are fine: a
   // position never attends to later ones). Returns logits [B, T, vocab] (f32).

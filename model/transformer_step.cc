@@ -22,7 +22,8 @@ torch::Tensor Transformer::Step(const std::vector<torch::Tensor>& new_tokens,
     TORCH_CHECK(count[b] > 0, "every row needs at least one new token");
     begin[b] = n;
     n += count[b];
-    positions.push_back(torch::arange(caches[b]->length(), caches[b]->length() + count[b]));
+    positions.push_back(torch::arange(caches[b]->length(), caches[b]->length() + count[b],
+                                      torch::TensorOptions(torch::kInt64).device(device())));
   }
   LoraSegments segs;
   if (lora != nullptr) {
@@ -33,9 +34,10 @@ torch::Tensor Transformer::Step(const std::vector<torch::Tensor>& new_tokens,
       segs.adapter.push_back(lora->row_adapter[b]);
       segs.start.push_back(int32_t(begin[b] + count[b]));
     }
+    if (lora->pool != nullptr) segs.SetPoolSegments(lora->pool);
   }
   const LoraSegments* seg_ptr = lora != nullptr ? &segs : nullptr;
-  auto tokens = torch::cat(new_tokens).to(torch::kInt64);
+  auto tokens = torch::cat(new_tokens).to(device(), torch::kInt64);
   auto x = w_->embed.index_select(0, tokens);     // [N, hidden]
   auto [cos, sin] = Rope(torch::cat(positions));  // [N, D]
   cos = cos.unsqueeze(1);                         // broadcast over heads: [N, 1, D]
@@ -61,7 +63,7 @@ torch::Tensor Transformer::Step(const std::vector<torch::Tensor>& new_tokens,
       auto qb = q.narrow(0, begin[b], t).transpose(0, 1);                  // [H, t, D]
       auto scores = torch::matmul(qb, keys.transpose(1, 2)) * inv_sqrt_d;  // [H, t, past + t]
       if (t > 1) {  // new token i may see keys up to past + i
-        auto mask = torch::ones({t, past + t}, torch::kBool).triu(past + 1);
+        auto mask = torch::ones({t, past + t}, x.options().dtype(torch::kBool)).triu(past + 1);
         scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
       }
       outs.push_back(
@@ -73,7 +75,7 @@ torch::Tensor Transformer::Step(const std::vector<torch::Tensor>& new_tokens,
   for (size_t b = 0; b < B; ++b) caches[b]->Commit(count[b]);
   std::vector<int64_t> last(B);
   for (size_t b = 0; b < B; ++b) last[b] = begin[b] + count[b] - 1;
-  auto final_rows = RmsNorm(x.index_select(0, torch::tensor(last)), w_->final_norm);
+  auto final_rows = RmsNorm(x.index_select(0, torch::tensor(last).to(device())), w_->final_norm);
   return torch::matmul(final_rows, w_->lm_head.t());
 }
 

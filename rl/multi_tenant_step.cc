@@ -41,6 +41,10 @@ torch::Tensor BucketLoss(const model::Transformer& model, std::vector<TenantStep
       ++r;
     }
   }
+  // Built on the CPU, trained where the model is (one copy each).
+  tokens = tokens.to(model.device());
+  behaviour = behaviour.to(model.device());
+  mask = mask.to(model.device());
   // The log-prob of token t comes from the logits at position t - 1. Tenants may sample at
   // different temperatures, so the fused op runs per tenant on its rows.
   const auto hidden = model.Hidden(tokens, &routing);
@@ -62,8 +66,8 @@ torch::Tensor BucketLoss(const model::Transformer& model, std::vector<TenantStep
     std::vector<float> adv;
     for (const Completion& c : t.completions) adv.push_back(c.advantage);
     TenantBatch b{logp, behaviour.narrow(0, first_row[m], n).narrow(1, 1, max_len - 1),
-                  mask.narrow(0, first_row[m], n).narrow(1, 1, max_len - 1), torch::tensor(adv),
-                  torch::Tensor()};
+                  mask.narrow(0, first_row[m], n).narrow(1, 1, max_len - 1),
+                  torch::tensor(adv).to(model.device()), torch::Tensor()};
     if (t.grpo.kl_beta > 0) {
       torch::NoGradGuard no_grad;  // the base: same weights, LoRA off
       auto ref_hidden =

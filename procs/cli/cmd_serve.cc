@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <string>
 
+#include "base/device_name.h"
 #include "procs/cli/base_model.h"
 #include "procs/cli/cli.h"
 #include "procs/cli/run_jobs.h"
@@ -32,6 +33,11 @@ int RunServe(const std::vector<std::string>& argv) {
   TakeFlag(&args, "--state-dir", &o.service.stage.state_dir);
   TakeFlag(&args, "--model-dir", &o.service.stage.model_dir);
   TakeFlag(&args, "--instance", &o.service.stage.instance);
+  TakeFlag(&args, "--device", &o.service.stage.device);
+  if (Status st = ParseDeviceName(o.service.stage.device).status(); !st.ok()) {
+    std::fprintf(stderr, "marlaas serve: --device: %s\n", st.message().c_str());
+    return 2;
+  }
   long long threads = 1, workers = 2, port = -1, budget_mb = 0, max_tenants = 64;
   double timeout_s = 3600;
   const bool numbers_ok =

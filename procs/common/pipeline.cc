@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "base/device_name.h"
 #include "base/file_util.h"
 #include "proto/job_spec.h"
 
@@ -73,6 +74,9 @@ Result<StageArgs> ParseStageArgs(const std::vector<std::string>& argv) {
       MARLAAS_RETURN_IF_ERROR(value(&v));
       if (!ParseIntIn(v, 0, 600000, &a.env_latency_ms))
         return Status(StatusCode::kInvalidArgument, "--env-latency-ms takes 0 to 600000");
+    } else if (f == "--device") {
+      MARLAAS_RETURN_IF_ERROR(value(&a.device));
+      MARLAAS_RETURN_IF_ERROR(ParseDeviceName(a.device).status());
     } else {
       return Status(StatusCode::kInvalidArgument, "unexpected argument '" + f + "'");
     }
@@ -102,6 +106,10 @@ std::vector<std::string> StageArgv(const StageArgs& a) {
   if (a.env_latency_ms > 0) {
     v.push_back("--env-latency-ms");
     v.push_back(std::to_string(a.env_latency_ms));
+  }
+  if (a.device != "cpu") {
+    v.push_back("--device");
+    v.push_back(a.device);
   }
   return v;
 }

@@ -38,7 +38,7 @@ inline constexpr char kTrainerRole[] = "trainer";
 
 // The command line of every stage process:
 //   --instance ID --state-dir DIR --model-dir DIR [--threads N] [--verifier-workers N]
-//   [--prepared-sandboxes N] [--allow-weak-sandbox]
+//   [--prepared-sandboxes N] [--allow-weak-sandbox] [--device cpu|cuda|cuda:N]
 struct StageArgs {
   std::string instance;
   std::string state_dir;
@@ -60,6 +60,9 @@ struct StageArgs {
   // a tool result) this much later, drawn from a lognormal with this median (sigma 0.5), without
   // holding a worker meanwhile. 0: off.
   int env_latency_ms = 0;
+  // Where the rollout and the trainer run the model (model/device.h): "cpu", "cuda" (the first
+  // GPU the stage sees: CUDA_VISIBLE_DEVICES, procs/serve/stage_gpus.h) or "cuda:N".
+  std::string device = "cpu";
 };
 Result<StageArgs> ParseStageArgs(const std::vector<std::string>& argv);
 std::vector<std::string> StageArgv(const StageArgs& args);

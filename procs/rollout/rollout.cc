@@ -11,10 +11,13 @@
 #include "base/process.h"
 #include "model/base_weights.h"
 #include "model/compute_threads.h"
+#include "model/device.h"
+#include "model/device_base.h"
 #include "model/generator.h"
 #include "model/lora_adapter.h"
 #include "model/tokenizer.h"
 #include "model/transformer.h"
+#include "procs/common/stage_device.h"
 #include "procs/common/task_source.h"
 #include "procs/common/tenant_watcher.h"
 #include "sandbox/tool_syntax.h"
@@ -169,13 +172,18 @@ void Rollout::RefreshAdapter(RolloutTenant* t) {
   if (!published.ok() || *published <= t->version) return;
   auto info = store_.Info(t->row);
   if (!info.ok() || !info->active || t->id != info->tenant_id) return;
-  std::vector<float> buf(info->layout.NumElements());
+  // A CUDA IPC store copies device to device, straight into the adapter's own tensor; a host
+  // store copies into host memory (a LoraPool on a GPU then copies it in once).
+  const bool on_device = store_.backend() == AdapterBackend::kCudaIpc;
+  auto flat = torch::empty({int64_t(info->layout.NumElements())},
+                           torch::TensorOptions(torch::kFloat32)
+                               .device(on_device ? model_.device() : torch::Device(torch::kCPU)));
   AdapterSlotInfo owner;
-  auto got = store_.ReadLatest(t->row, buf.data(), buf.size() * sizeof(float),
+  auto got = store_.ReadLatest(t->row, flat.data_ptr(), size_t(flat.numel()) * sizeof(float),
                                Deadline::AfterMs(100), &owner);
   // The slot may have gone to the tenant that reuses our row since Info().
   if (!got.ok() || t->id != owner.tenant_id || owner.generation != info->generation) return;
-  auto adapter = model::LoraAdapter::FromFlat(info->layout, buf.data());
+  auto adapter = model::LoraAdapter::FromFlatTensor(info->layout, std::move(flat));
   if (!adapter.ok()) {
     StageLog(kRole, "tenant %s: bad adapter: %s", t->id.c_str(),
              adapter.status().ToString().c_str());
@@ -573,11 +581,13 @@ Status Rollout::Run() {
 
 Status RunRollout(const pipeline::StageArgs& args) {
   model::SetComputeThreads(args.threads);
-  MARLAAS_ASSIGN_OR_RETURN(auto base, model::BaseWeights::Load(args.model_dir));
+  MARLAAS_ASSIGN_OR_RETURN(torch::Device device, model::ParseDevice(args.device));
+  MARLAAS_ASSIGN_OR_RETURN(auto base, model::LoadBase(args.instance, args.model_dir, device,
+                                                      Deadline::AfterMs(300'000)));
   MARLAAS_ASSIGN_OR_RETURN(model::Tokenizer tok,
                            model::Tokenizer::Load(args.model_dir + "/tokenizer.json"));
   MARLAAS_ASSIGN_OR_RETURN(TenantTable table, TenantTable::Attach(args.instance));
-  MARLAAS_ASSIGN_OR_RETURN(AdapterStore store, AdapterStore::Attach(args.instance));
+  MARLAAS_ASSIGN_OR_RETURN(AdapterStore store, pipeline::AttachStageAdapterStore(args.instance));
   MARLAAS_ASSIGN_OR_RETURN(MetricsSegment metrics,
                            MetricsSegment::Attach(args.instance, pipeline::kRolloutRole));
   MARLAAS_ASSIGN_OR_RETURN(MetricsSegment trainer_metrics,
@@ -591,8 +601,8 @@ Status RunRollout(const pipeline::StageArgs& args) {
             std::move(tool_results));
   const int64_t warm0 = MonotonicNanos();
   r.WarmUp();
-  StageLog(kRole, "ready (model %s; warmed up in %.0f ms)", args.model_dir.c_str(),
-           double(MonotonicNanos() - warm0) / 1e6);
+  StageLog(kRole, "ready (model %s on %s; warmed up in %.0f ms)", args.model_dir.c_str(),
+           model::DeviceName(device).c_str(), double(MonotonicNanos() - warm0) / 1e6);
   return r.Run();
 }
 

@@ -84,6 +84,12 @@ Result<std::unique_ptr<Service>> Service::Start(const ServiceOptions& options) {
   s->segments_.push_back("tenants");
   AdapterStore::Options so;
   so.num_slots = options.max_tenants;
+  if (options.stage.device != "cpu") {
+    // On GPUs: device buffers handed over by CUDA IPC when the trainer and the rollout share
+    // a GPU; host buffers (a device-to-host and a host-to-device copy) when they do not.
+    MARLAAS_ASSIGN_OR_RETURN(bool shared_gpu, TrainerAndRolloutShareGpus());
+    if (shared_gpu) so.backend = AdapterBackend::kCudaIpc;
+  }
   MARLAAS_ASSIGN_OR_RETURN(AdapterStore store, AdapterStore::Create(instance, so));
   s->held_->store.emplace(std::move(store));
   s->segments_.push_back("adapters");

@@ -48,4 +48,10 @@ Result<std::optional<std::string>> StageVisibleDevices(const std::string& role) 
   return std::optional<std::string>(v);
 }
 
+Result<bool> TrainerAndRolloutShareGpus() {
+  MARLAAS_ASSIGN_OR_RETURN(std::optional<std::string> trainer, StageVisibleDevices("trainer"));
+  MARLAAS_ASSIGN_OR_RETURN(std::optional<std::string> rollout, StageVisibleDevices("rollout"));
+  return trainer == rollout && (!trainer || !trainer->empty());
+}
+
 }  // namespace marlaas::serve

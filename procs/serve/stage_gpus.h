@@ -17,5 +17,8 @@ std::string StageGpusVariable(const std::string& role);
 // The CUDA_VISIBLE_DEVICES value for a `role` stage, or nullopt to inherit. kInvalidArgument,
 // naming the variable, for a value that is not a comma-separated list of indices or GPU UUIDs.
 Result<std::optional<std::string>> StageVisibleDevices(const std::string& role);
+// Whether the trainer and the rollout see the same GPUs (both inherit, or both are given the
+// same list): then adapters cross between them by CUDA IPC instead of through host memory.
+Result<bool> TrainerAndRolloutShareGpus();
 
 }  // namespace marlaas::serve

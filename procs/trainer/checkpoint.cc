@@ -70,7 +70,7 @@ Result<LoadedCheckpoint> LoadOne(
   torch::optim::Optimizer* opt = make_optimizer(&out.adapter);
   try {
     torch::serialize::InputArchive archive;
-    archive.load_from(dir + "/optimizer.pt");
+    archive.load_from(dir + "/optimizer.pt", out.adapter.flat().device());  // the adapter's
     opt->load(archive);
   } catch (const std::exception& e) {
     return Status(StatusCode::kCorrupt,

@@ -11,8 +11,11 @@
 #include "base/cpu_time.h"
 #include "model/base_weights.h"
 #include "model/compute_threads.h"
+#include "model/device.h"
+#include "model/device_base.h"
 #include "model/lora_adapter.h"
 #include "model/transformer.h"
+#include "procs/common/stage_device.h"
 #include "procs/common/tenant_watcher.h"
 #include "procs/trainer/checkpoint.h"
 #include "rl/advantages.h"
@@ -134,6 +137,7 @@ Status Trainer::StartTenant(const pipeline::WatchedTenant& w) {
   t->dir = pipeline::TenantDir(args_.state_dir, t->id);
   const pb::OptimizerSpec& o = t->spec.optimizer();
   auto make_optimizer = [&](model::LoraAdapter* a) {
+    a->MoveTo(model_.device());  // trained where the model runs; the optimizer state follows
     a->flat().set_requires_grad(true);
     t->optimizer = std::make_unique<torch::optim::AdamW>(
         std::vector<torch::Tensor>{a->flat()}, torch::optim::AdamWOptions(o.learning_rate())
@@ -242,7 +246,14 @@ Status Trainer::Publish(TrainTenant* t) {
   const auto flat = t->adapter.flat().detach().contiguous();
   const size_t bytes = size_t(flat.numel()) * sizeof(float);
   if (bytes > span.bytes) return Status(StatusCode::kResourceExhausted, "adapter too large");
-  std::memcpy(span.data, flat.data_ptr<float>(), bytes);
+  // The span is device memory for a CUDA IPC store (written on the legacy default stream, the
+  // one the backend records its event after) and host memory otherwise.
+  const bool span_on_device = store_.backend() == AdapterBackend::kCudaIpc;
+  auto dst =
+      torch::from_blob(span.data, {flat.numel()},
+                       torch::TensorOptions(torch::kFloat32)
+                           .device(span_on_device ? flat.device() : torch::Device(torch::kCPU)));
+  dst.copy_(flat);
   return store_.Publish(t->row, t->ck.version);
 }
 
@@ -644,6 +655,7 @@ Status Trainer::WarmUp() {
   MARLAAS_ASSIGN_OR_RETURN(model::LoraAdapter adapter,
                            model::LoraAdapter::Create(*base_, 8, 16, (1u << kNumLoraTargets) - 1,
                                                       /*seed=*/1));
+  adapter.MoveTo(model_.device());
   adapter.flat().set_requires_grad(true);
   torch::optim::AdamW optimizer(std::vector<torch::Tensor>{adapter.flat()},
                                 torch::optim::AdamWOptions(1e-4));
@@ -668,9 +680,11 @@ Status Trainer::WarmUp() {
 
 Status RunTrainer(const pipeline::StageArgs& args) {
   model::SetComputeThreads(args.threads);
-  MARLAAS_ASSIGN_OR_RETURN(auto base, model::BaseWeights::Load(args.model_dir));
+  MARLAAS_ASSIGN_OR_RETURN(torch::Device device, model::ParseDevice(args.device));
+  MARLAAS_ASSIGN_OR_RETURN(auto base, model::LoadBase(args.instance, args.model_dir, device,
+                                                      Deadline::AfterMs(300'000)));
   MARLAAS_ASSIGN_OR_RETURN(TenantTable table, TenantTable::Attach(args.instance));
-  MARLAAS_ASSIGN_OR_RETURN(AdapterStore store, AdapterStore::Attach(args.instance));
+  MARLAAS_ASSIGN_OR_RETURN(AdapterStore store, pipeline::AttachStageAdapterStore(args.instance));
   MARLAAS_ASSIGN_OR_RETURN(MetricsSegment metrics,
                            MetricsSegment::Attach(args.instance, pipeline::kTrainerRole));
   MARLAAS_ASSIGN_OR_RETURN(RingConsumer input,
@@ -681,8 +695,8 @@ Status RunTrainer(const pipeline::StageArgs& args) {
                 std::move(rollout_metrics), std::move(input));
   const int64_t warm0 = MonotonicNanos();
   MARLAAS_RETURN_IF_ERROR(stage.WarmUp());
-  StageLog(kRole, "ready (model %s; warmed up in %.0f ms)", args.model_dir.c_str(),
-           double(MonotonicNanos() - warm0) / 1e6);
+  StageLog(kRole, "ready (model %s on %s; warmed up in %.0f ms)", args.model_dir.c_str(),
+           model::DeviceName(device).c_str(), double(MonotonicNanos() - warm0) / 1e6);
   return stage.Run();
 }
 

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <string>
 
+#include "procs/common/pipeline.h"
 #include "procs/serve/stage_gpus.h"
 
 namespace marlaas::serve {
@@ -125,6 +126,41 @@ TEST(StageGpusTest, EachRoleSeesItsOwnGpusAndBadListsAreNamed) {
   unsetenv("MARLAAS_TRAINER_GPUS");
   unsetenv("MARLAAS_VERIFIER_GPUS");
   unsetenv("MARLAAS_ROLLOUT_GPUS");
+}
+
+TEST(StageGpusTest, AdaptersCrossByCudaIpcOnlyWhenTrainerAndRolloutShareTheirGpus) {
+  unsetenv("MARLAAS_TRAINER_GPUS");
+  unsetenv("MARLAAS_ROLLOUT_GPUS");
+  EXPECT_TRUE(*TrainerAndRolloutShareGpus());  // both inherit serve's
+  setenv("MARLAAS_TRAINER_GPUS", "0", 1);
+  setenv("MARLAAS_ROLLOUT_GPUS", "0", 1);
+  EXPECT_TRUE(*TrainerAndRolloutShareGpus());  // marlaas-node on a one-GPU host
+  setenv("MARLAAS_ROLLOUT_GPUS", "1,2,3", 1);
+  EXPECT_FALSE(*TrainerAndRolloutShareGpus());  // rollouts elsewhere: host buffers, NCCL
+  setenv("MARLAAS_TRAINER_GPUS", "", 1);
+  setenv("MARLAAS_ROLLOUT_GPUS", "", 1);
+  EXPECT_FALSE(*TrainerAndRolloutShareGpus());  // no GPU at all
+  setenv("MARLAAS_ROLLOUT_GPUS", "x", 1);
+  EXPECT_FALSE(TrainerAndRolloutShareGpus().ok());
+  unsetenv("MARLAAS_TRAINER_GPUS");
+  unsetenv("MARLAAS_ROLLOUT_GPUS");
+}
+
+TEST(StageArgsTest, TheDeviceTravelsOnTheStageCommandLineAndBadNamesAreRefused) {
+  pipeline::StageArgs a;
+  a.instance = "i";
+  a.state_dir = "/s";
+  a.model_dir = "/m";
+  EXPECT_EQ(pipeline::ParseStageArgs(pipeline::StageArgv(a))->device, "cpu");
+  a.device = "cuda:1";
+  auto back = pipeline::ParseStageArgs(pipeline::StageArgv(a));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->device, "cuda:1");
+  std::vector<std::string> argv = pipeline::StageArgv(a);
+  argv.back() = "tpu";
+  auto bad = pipeline::ParseStageArgs(argv);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'tpu'"), std::string::npos) << bad.status().ToString();
 }
 
 }  // namespace

@@ -1,0 +1,16 @@
+// RefOf: a LibTorch tensor as the kernels/cuda launchers' TensorRef (pointer, dtype, sizes,
+// strides), for the model's CUDA paths. Only built with CUDA. Thread-safe.
+#pragma once
+
+#include "kernels/cuda/tensor_ref.h"
+#include "model/torch_pch.h"
+
+namespace marlaas::model {
+
+// REQUIRES: t is f32, bf16, f16 or int32 with at most kMaxTensorDims dimensions (TORCH_CHECK).
+kernels::cuda::TensorRef RefOf(const torch::Tensor& t);
+
+// Throws (TORCH_CHECK) with the status's message when a launcher refused or failed.
+void CheckLaunch(const Status& status);
+
+}  // namespace marlaas::model
