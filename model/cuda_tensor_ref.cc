@@ -1,5 +1,7 @@
 #include "model/cuda_tensor_ref.h"
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
 namespace marlaas::model {
 
 kernels::cuda::TensorRef RefOf(const torch::Tensor& t) {
@@ -32,5 +34,11 @@ kernels::cuda::TensorRef RefOf(const torch::Tensor& t) {
 }
 
 void CheckLaunch(const Status& status) { TORCH_CHECK(status.ok(), status.ToString()); }
+
+void CheckDefaultStream(const torch::Device& device) {
+  const c10::Stream current = c10::impl::getDeviceGuardImpl(device.type())->getStream(device);
+  TORCH_CHECK(current.id() == 0, "LibTorch's current stream on ", device,
+              " is not the default stream; the CUDA launchers run on the default stream");
+}
 
 }  // namespace marlaas::model

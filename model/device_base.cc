@@ -1,7 +1,9 @@
 #include "model/device_base.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <vector>
 
 #include "model/packed_weights.h"
 #if MARLAAS_HAVE_CUDA
@@ -14,11 +16,28 @@ namespace marlaas::model {
 #if MARLAAS_HAVE_CUDA
 namespace {
 
-// FNV-1a: the region key names the model folder and its packed size in 63 bytes.
+// FNV-1a: the region key names the model in 63 bytes.
 uint64_t Fnv1a(const std::string& s) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
   return h;
+}
+
+// What identifies a model's bytes: its folder and each file's name, size and modification time,
+// so a base rewritten in place (pretrained again) does not reuse a stale copy.
+std::string ModelIdentity(const std::string& model_dir) {
+  std::error_code ec;
+  std::string id = std::filesystem::weakly_canonical(model_dir, ec).string();
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(model_dir, ec)) {
+    if (!e.is_regular_file(ec)) continue;
+    const auto mtime = e.last_write_time(ec).time_since_epoch().count();
+    files.push_back(e.path().filename().string() + ":" + std::to_string(e.file_size(ec)) + ":" +
+                    std::to_string(mtime));
+  }
+  std::sort(files.begin(), files.end());
+  for (const std::string& f : files) id += "|" + f;
+  return id;
 }
 
 }  // namespace
@@ -45,14 +64,13 @@ Result<std::shared_ptr<const BaseWeights>> LoadBase(const std::string& instance,
     return Status(StatusCode::kFailedPrecondition,
                   std::string("cudaGetDeviceProperties: ") + cudaGetErrorString(err));
   }
-  char uuid[17];
-  for (int i = 0; i < 8; ++i)
+  char uuid[25];  // 12 of the UUID's 16 bytes: the region name's 32 characters allow no more
+  for (int i = 0; i < 12; ++i)
     std::snprintf(uuid + 2 * i, 3, "%02x", static_cast<unsigned char>(prop.uuid.bytes[i]));
   const PackedLayout layout = PackLayout(*host);
-  std::error_code ec;
-  const std::string path = std::filesystem::weakly_canonical(model_dir, ec).string();
   char key[64];
-  std::snprintf(key, sizeof(key), "%016llx-%llu", (unsigned long long)Fnv1a(path),
+  std::snprintf(key, sizeof(key), "%016llx-%llu",
+                (unsigned long long)Fnv1a(ModelIdentity(model_dir)),
                 (unsigned long long)layout.bytes);
   MARLAAS_ASSIGN_OR_RETURN(
       SharedDeviceRegion region,

@@ -12,6 +12,7 @@ torch::Tensor AddLoraDeltaCuda(const torch::Tensor& x, const torch::Tensor& y, i
   const LoraPool& pool = *segs.pool;
   TORCH_CHECK(segs.device_start.defined() && segs.device_adapter.defined(),
               "LoRA pool segments were not set (SetPoolSegments)");
+  CheckDefaultStream(x.device());
   auto x2 = x.contiguous();
   auto out = y.contiguous();
   auto shrunk = torch::empty({x2.size(0), int64_t(pool.max_rank())}, x2.options());

@@ -5,7 +5,9 @@
 namespace marlaas::model {
 
 LoraPool::LoraPool(const BaseWeights& base, torch::Device device, int slots, uint32_t max_rank)
-    : num_layers_(base.config.num_layers), device_(device) {
+    : num_layers_(base.config.num_layers),
+      // A CUDA device named without an index ("cuda") becomes the one tensors report ("cuda:0").
+      device_(torch::empty({0}, torch::TensorOptions().device(device)).device()) {
   for (int t = 0; t < kNumLoraTargets; ++t) {
     in_.push_back(base.InDim(LoraTarget(t)));
     out_.push_back(base.OutDim(LoraTarget(t)));

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "kernels/lora_limits.h"
 #include "model/base_weights.h"
 #include "model/lora_adapter.h"
 
@@ -27,7 +28,7 @@ class LoraPool {
   // kMaxPoolRank are refused (the CUDA kernels' limit).
   LoraPool(const BaseWeights& base, torch::Device device, int slots = 8, uint32_t max_rank = 16);
 
-  static constexpr uint32_t kMaxPoolRank = 64;
+  static constexpr uint32_t kMaxPoolRank = uint32_t(kernels::kMaxCudaLoraRank);
 
   // The slot holding `adapter`, copying it in first when it is not resident. Each Acquire is
   // matched by one Release. kInvalidArgument when the adapter does not fit the base (layers,

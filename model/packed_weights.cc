@@ -70,7 +70,10 @@ Result<std::shared_ptr<const BaseWeights>> ViewPacked(const ModelConfig& config,
                                 ShapeString(it->second->shape) + ", the config implies " +
                                 ShapeString(shape));
             }
-            return torch::from_blob(static_cast<char*>(block) + it->second->offset, shape, options);
+            // Each view holds the block: a tensor taken out of the weights keeps it alive.
+            return torch::from_blob(
+                static_cast<char*>(block) + it->second->offset, shape, [keepalive](void*) {},
+                options);
           }));
   w->storage = std::move(keepalive);
   return std::shared_ptr<const BaseWeights>(std::move(w));

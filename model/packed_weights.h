@@ -40,7 +40,7 @@ Status CopyPacked(const BaseWeights& weights, const PackedLayout& layout, void* 
                   const torch::Device& device);
 
 // BaseWeights of `config` viewing `block` (filled by CopyPacked with the same layout) on
-// `device`. `keepalive` owns the block: the weights hold it until they are destroyed.
+// `device`. `keepalive` owns the block: the weights and every view taken from them hold it.
 Result<std::shared_ptr<const BaseWeights>> ViewPacked(const ModelConfig& config,
                                                       const PackedLayout& layout, void* block,
                                                       const torch::Device& device,

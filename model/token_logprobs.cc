@@ -25,6 +25,7 @@ class TokenLogprobsFn : public torch::autograd::Function<TokenLogprobsFn> {
     auto lse = torch::empty({l.size(0)}, l.options());
     if (l.is_cuda()) {
 #if MARLAAS_HAVE_CUDA
+      CheckDefaultStream(l.device());
       CheckLaunch(kernels::cuda::TokenLogprobs(RefOf(l), RefOf(t), float(1.0 / temperature),
                                                RefOf(out), RefOf(lse), /*stream=*/nullptr));
 #else

@@ -20,10 +20,11 @@
 
 #include "base/status.h"
 #include "kernels/cuda/tensor_ref.h"
+#include "kernels/lora_limits.h"
 
 namespace marlaas::kernels::cuda {
 
-inline constexpr int kMaxCudaLoraRank = 64;
+using kernels::kMaxCudaLoraRank;  // kernels/lora_limits.h
 
 struct LoraStack {
   TensorRef a;      // [num_adapters, rank, in_dim], contiguous (PEFT's lora_A.weight)

@@ -178,6 +178,9 @@ void Rollout::RefreshAdapter(RolloutTenant* t) {
   auto flat = torch::empty({int64_t(info->layout.NumElements())},
                            torch::TensorOptions(torch::kFloat32)
                                .device(on_device ? model_.device() : torch::Device(torch::kCPU)));
+  // The store copies on its own stream: memory LibTorch's allocator just handed out may still be
+  // in use by work queued on the default stream (the pool's copies), so that work finishes first.
+  if (on_device) torch::cuda::synchronize();
   AdapterSlotInfo owner;
   auto got = store_.ReadLatest(t->row, flat.data_ptr(), size_t(flat.numel()) * sizeof(float),
                                Deadline::AfterMs(100), &owner);

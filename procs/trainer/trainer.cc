@@ -208,6 +208,10 @@ void Trainer::Forget(TrainTenant* t) {
     p.tenant = nullptr;  // nothing to wait for: acknowledged in ring order
   }
   for (const pb::TrajectoryGroup& g : t->ready) pending_by_group_.erase(g.group_id());
+  // A CUDA IPC store's device buffers go back once the rollout lets go (host store: no-op).
+  if (Status st = store_.FreeBuffers(t->row); !st.ok())
+    StageLog(kRole, "tenant %s: freeing its adapter buffers: %s", t->id.c_str(),
+             st.ToString().c_str());
   StageLog(kRole, "tenant %s: no longer trained (%zu waiting groups left untrained)", t->id.c_str(),
            t->ready.size());
 }

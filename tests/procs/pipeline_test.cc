@@ -295,7 +295,13 @@ TEST_F(PipelineTest, StagesAreReadyOnceEachHasLoadedAndAfterARestartAgain) {
   const pid_t old = service_->StagePid(pipeline::kTrainerRole);
   ASSERT_EQ(kill(old, SIGKILL), 0);
   WaitDead(old);
-  service_->Tick();  // reaps it and starts another, which has not loaded yet
+  // A tick reaps it and starts another, which has not loaded yet. The leader thread shows as a
+  // zombie before its other threads are gone, and only then can it be reaped: tick until it is.
+  for (int i = 0; i < 2500 && service_->StagePid(pipeline::kTrainerRole) == old; ++i) {
+    service_->Tick();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_NE(service_->StagePid(pipeline::kTrainerRole), old);
   EXPECT_FALSE(service_->StagesReady());
   st = service_->WaitUntilReady(60'000);
   ASSERT_TRUE(st.ok()) << st.ToString();
