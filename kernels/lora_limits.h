@@ -1,5 +1,6 @@
-// Limits of the multi-LoRA kernels that other folders check before work reaches them (serve at
-// admission, the rollout's LoraPool). Plain constants: no CUDA or LibTorch header needed.
+// Limits of the multi-LoRA kernels that other folders rely on (the rollout's LoraPool; the job
+// spec's lora.rank range, proto/job_spec.cc, stays within it). Plain constants: no CUDA or
+// LibTorch header needed.
 #pragma once
 
 namespace marlaas::kernels {

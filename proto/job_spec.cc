@@ -142,6 +142,7 @@ Status ValidateJobSpec(const pb::JobSpec& s) {
                                               s.task() + "' has a built-in verifier");
   }
   const auto& l = s.lora();
+  // 64: the most the CUDA kernels take (kernels/lora_limits.h), so a job runs on either device.
   MARLAAS_RETURN_IF_ERROR(Range(l.has_rank(), l.rank(), 1, 64, "lora.rank"));
   MARLAAS_RETURN_IF_ERROR(FloatRange(l.has_alpha(), l.alpha(), 0, 1024, true, false, "lora.alpha"));
   for (int i = 0; i < l.targets_size(); ++i) {

@@ -12,7 +12,6 @@
 
 #include "base/deadline.h"
 #include "base/file_util.h"
-#include "kernels/lora_limits.h"
 #include "procs/serve/admission.h"
 #include "procs/serve/stage_gpus.h"
 #include "procs/serve/tenant_status.h"
@@ -179,14 +178,6 @@ Status Service::Admit(const pb::JobSpec& given) {
   pb::JobSpec spec = given;
   ApplyJobSpecDefaults(&spec);
   MARLAAS_RETURN_IF_ERROR(ValidateJobSpec(spec));
-  if (options_.stage.device != "cpu" && spec.lora().rank() > uint32_t(kernels::kMaxCudaLoraRank)) {
-    return Status(StatusCode::kInvalidArgument,
-                  "tenant '" + spec.tenant() + "': lora.rank " +
-                      std::to_string(spec.lora().rank()) + " is above " +
-                      std::to_string(kernels::kMaxCudaLoraRank) +
-                      ", the highest the GPU kernels take (the service runs on " +
-                      options_.stage.device + ")");
-  }
   if (table_->Find(spec.tenant()).ok())
     return Status(StatusCode::kAlreadyExists, "tenant '" + spec.tenant() + "' is already admitted");
   MARLAAS_ASSIGN_OR_RETURN(int row, PickRow());

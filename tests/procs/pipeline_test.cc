@@ -328,6 +328,27 @@ TEST_F(PipelineTest, StagesThatCannotLoadTheirModelAreNamedWhenNotReady) {
   EXPECT_NE(st.message().find("/logs"), std::string::npos) << st.message();
 }
 
+TEST_F(PipelineTest, ACudaServiceOnACpuOnlyBuildSaysWhyInEachModelStagesLog) {
+  serve::ServiceOptions o;
+  o.stage.instance = instance_;
+  o.stage.state_dir = state_dir_;
+  o.stage.model_dir = TestBaseModel();
+  o.stage.device = "cuda";
+  o.bin_dir = MARLAAS_BIN_DIR;
+  o.max_tenants = 2;
+  auto s = serve::Service::Start(o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  Status st = (*s)->WaitUntilReady(3000);
+  if (st.ok()) GTEST_SKIP() << "this build and host run on CUDA";
+  EXPECT_NE(st.message().find("rollout"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("trainer"), std::string::npos) << st.message();
+  // Each model stage's log names the reason.
+  for (const char* role : {"rollout", "trainer"}) {
+    const std::string log = ReadAll(state_dir_ + "/logs/" + role + ".log");
+    EXPECT_NE(log.find("cannot run on CUDA"), std::string::npos) << role << ": " << log;
+  }
+}
+
 TEST_F(PipelineTest, InvalidJobSpecIsRefusedAndChangesNothing) {
   StartService();
   pb::JobSpec bad = SmallJob("bad", "arithmetic", 3, 1);
