@@ -4,8 +4,8 @@
 
 namespace marlaas::model {
 
-Generator::Generator(const Transformer& model) : model_(model) {
-  if (model_.device().is_cuda())
+Generator::Generator(const Transformer& model, bool adapter_pool) : model_(model) {
+  if (adapter_pool || model_.device().is_cuda())
     pool_ = std::make_unique<LoraPool>(model_.weights(), model_.device());
 }
 

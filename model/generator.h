@@ -44,7 +44,8 @@ struct StepShape {
 
 class Generator {
  public:
-  explicit Generator(const Transformer& model);
+  // With `adapter_pool` the adapters go through a LoraPool on any device (always on CUDA).
+  explicit Generator(const Transformer& model, bool adapter_pool = false);
 
   // The sequence joins the batch at the next Step. Throws (c10::Error) when its adapter cannot
   // be placed on the model's device (e.g. a rank above LoraPool::kMaxPoolRank).
@@ -52,6 +53,7 @@ class Generator {
   // Advances every active sequence by one token; returns those that finished.
   std::vector<GenerationResult> Step();
   size_t active() const { return seqs_.size(); }
+  const LoraPool* pool() const { return pool_.get(); }  // null without one
   const StepShape& last_step() const { return last_step_; }
 
  private:

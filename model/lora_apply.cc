@@ -73,6 +73,23 @@ torch::Tensor WithKernels(const torch::Tensor& x, const torch::Tensor& y, int la
   return out;
 }
 
+// A pool's stacks with LibTorch ops, segment by segment: what the CUDA kernels compute, for a
+// pool on the CPU (tests of the pool's routing; the CPU rollout uses WithKernels).
+torch::Tensor WithPool(const torch::Tensor& x, const torch::Tensor& y, int layer, LoraTarget t,
+                       const LoraSegments& segs) {
+  const LoraPool& pool = *segs.pool;
+  auto out = y.clone();
+  for (size_t s = 0; s < segs.adapter.size(); ++s) {
+    const int32_t k = segs.adapter[s], n = segs.start[s + 1] - segs.start[s];
+    if (k < 0 || k >= pool.slots() || n == 0) continue;
+    auto rows = out.narrow(0, segs.start[s], n);
+    rows += torch::matmul(torch::matmul(x.narrow(0, segs.start[s], n), pool.A(layer, t)[k].t()),
+                          pool.BT(layer, t)[k]) *
+            pool.scale()[k];
+  }
+  return out;
+}
+
 }  // namespace
 
 void LoraSegments::SetPoolSegments(const LoraPool* p) {
@@ -109,10 +126,11 @@ torch::Tensor AddLoraDelta(const torch::Tensor& x, const torch::Tensor& y, int l
   if (segs.pool != nullptr) {
     TORCH_CHECK(!torch::GradMode::is_enabled(), "a LoraPool is for generation: disable autograd");
     TORCH_CHECK(x.device() == segs.pool->device(), "LoRA pool and activations on other devices");
+    if (!x.is_cuda()) return WithPool(x, y, layer, target, segs);
 #if MARLAAS_HAVE_CUDA
     return AddLoraDeltaCuda(x, y, layer, target, segs);
 #else
-    TORCH_CHECK(false, "LoRA pool forward needs a build with CUDA");
+    TORCH_CHECK(false, "LoRA pool forward on a CUDA device needs a build with CUDA");
 #endif
   }
   for (int32_t k : segs.adapter) {

@@ -3,7 +3,7 @@
 // LibTorch ops, so gradients reach the adapters' flat tensors; with autograd off, the SGMV
 // kernels (BGMV when every segment is one row, as in decoding) do the work in place: on the CPU
 // over the adapters' own tensors, on a CUDA device over a LoraPool's stacks (without a pool,
-// CUDA rows take the LibTorch path).
+// CUDA rows take the LibTorch path). A pool on the CPU runs LibTorch ops over its stacks.
 #pragma once
 
 #include <vector>

@@ -11,6 +11,7 @@
 #include "base/device_name.h"
 #include "model/device.h"
 #include "model/device_base.h"
+#include "model/generator.h"
 #include "model/lora_pool.h"
 #include "model/packed_weights.h"
 #include "model/transformer.h"
@@ -182,6 +183,108 @@ TEST(LoraPoolTest, AdaptersThatDoNotFitAreRefusedWithTheReason) {
   ASSERT_FALSE(wrong.ok());
   EXPECT_NE(wrong.status().message().find("3 layers"), std::string::npos);
   EXPECT_EQ(pool.resident(), 0);
+}
+
+// The pool's routing (slots in Step, segments, acquire and release in the Generator) on the CPU,
+// where the pool runs LibTorch ops over its stacks: the same logits and generations as the
+// adapters routed directly. On a GPU the same routing drives the CUDA kernels
+// (tests/model/model_cuda_test.cc).
+TEST(LoraPoolTest, StepThroughThePoolComputesWhatStepWithTheAdaptersComputes) {
+  auto w = BaseWeights::Random(SmallConfig(false, true), 4);
+  Transformer model(w);
+  auto a = RandomAdapter(*w, 4, (1u << kNumLoraTargets) - 1, 1);
+  auto b = RandomAdapter(*w, 8, (1u << int(LoraTarget::kQ)) | (1u << int(LoraTarget::kDown)), 2);
+  LoraPool pool(*w, torch::kCPU, 1, 4);  // grows on the second adapter
+  const int sb = *pool.Acquire(b), sa = *pool.Acquire(a);
+  const std::vector<int64_t> lengths = {5, 1, 7, 3};
+  std::vector<KvCache> direct, pooled;
+  std::vector<torch::Tensor> inputs;
+  for (int64_t n : lengths) {
+    inputs.push_back(torch::randint(0, 50, {n}, torch::kInt64));
+    direct.emplace_back(w->config);
+    pooled.emplace_back(w->config);
+  }
+  LoraRouting by_adapter{{a.get(), b.get()}, {0, 1, -1, 0}};
+  LoraRouting by_slot{{}, {sa, sb, -1, sa}, &pool};
+  torch::NoGradGuard no_grad;
+  for (int step = 0; step < 3; ++step) {  // a prefill (segments), then decode steps (one row each)
+    std::vector<KvCache*> d, p;
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      d.push_back(&direct[i]);
+      p.push_back(&pooled[i]);
+    }
+    auto want = model.Step(inputs, d, &by_adapter);
+    auto got = model.Step(inputs, p, &by_slot);
+    EXPECT_LT(MaxAbsDiff(got, want), 1e-4) << "step " << step;
+    auto next = want.argmax(-1);
+    for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = next[int64_t(i)].reshape({1});
+  }
+  // The adapters change the logits, so routing them wrong would show.
+  std::vector<torch::Tensor> first;
+  for (int64_t n : lengths) first.push_back(torch::randint(0, 50, {n}, torch::kInt64));
+  std::vector<KvCache> c1, c2;  // one each: a copied KvCache would share its tensors
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    c1.emplace_back(w->config);
+    c2.emplace_back(w->config);
+  }
+  std::vector<KvCache*> p1, p2;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    p1.push_back(&c1[i]);
+    p2.push_back(&c2[i]);
+  }
+  LoraRouting none{{}, {-1, -1, -1, -1}};
+  EXPECT_GT(MaxAbsDiff(model.Step(first, p1, &by_slot), model.Step(first, p2, &none)), 1e-3);
+}
+
+TEST(LoraPoolTest, TheGeneratorKeepsEachAdapterVersionResidentWhileItsSequencesRun) {
+  auto w = BaseWeights::Random(SmallConfig(true, false), 5);
+  Transformer model(w);
+  auto v1 = RandomAdapter(*w, 4, (1u << kNumLoraTargets) - 1, 1);
+  auto v2 = RandomAdapter(*w, 4, (1u << kNumLoraTargets) - 1, 2);  // the tenant's next version
+  Generator direct(model), pooled(model, /*adapter_pool=*/true);
+  ASSERT_EQ(direct.pool(), nullptr);
+  ASSERT_NE(pooled.pool(), nullptr);
+  auto request = [&](uint64_t id, std::shared_ptr<const LoraAdapter> a, int32_t n) {
+    GenerationRequest r;
+    r.id = id;
+    r.prompt = {int32_t(3 + id), 11, int32_t(20 + id)};
+    r.adapter = std::move(a);
+    r.sampling.temperature = 0.8f;
+    r.seed = 100 + id;
+    r.max_new_tokens = n;
+    return r;
+  };
+  // Two sequences of v1 (one short), one of v2, one base-only.
+  const std::vector<GenerationRequest> reqs = {request(0, v1, 3), request(1, v1, 9),
+                                               request(2, v2, 6), request(3, nullptr, 5)};
+  for (const auto& r : reqs) {
+    direct.Add(r);
+    pooled.Add(r);
+  }
+  EXPECT_EQ(pooled.pool()->resident(), 2);  // v1 once, however many sequences use it
+  std::map<uint64_t, GenerationResult> want, got;
+  while (direct.active() > 0)
+    for (auto& r : direct.Step()) want[r.id] = r;
+  bool saw_one_left = false;
+  while (pooled.active() > 0) {
+    for (auto& r : pooled.Step()) got[r.id] = r;
+    // After v2's sequence (6 tokens) and v1's short one, only v1's long one keeps a slot.
+    if (got.size() == 3 && got.count(1) == 0) {
+      EXPECT_EQ(pooled.pool()->resident(), 1);
+      EXPECT_GE(pooled.pool()->SlotOf(v1.get()), 0);
+      EXPECT_EQ(pooled.pool()->SlotOf(v2.get()), -1);
+      saw_one_left = true;
+    }
+  }
+  EXPECT_TRUE(saw_one_left);
+  EXPECT_EQ(pooled.pool()->resident(), 0);  // every slot back once every sequence is done
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [id, r] : want) {
+    EXPECT_EQ(got[id].tokens, r.tokens) << id;
+    ASSERT_EQ(got[id].logprobs.size(), r.logprobs.size());
+    for (size_t i = 0; i < r.logprobs.size(); ++i)
+      EXPECT_NEAR(got[id].logprobs[i], r.logprobs[i], 1e-4) << id << " " << i;
+  }
 }
 
 TEST(DeviceTest, NamesParseAndCudaNeedsACudaLibTorch) {
