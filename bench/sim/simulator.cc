@@ -74,6 +74,7 @@ class Simulator {
   struct Replica {
     int device = 0;
     bool busy = false, wake_pending = false;
+    bool trainer_stepped = false;  // since its last sync: it syncs after the pass in progress
     double last_sync = -1;
     size_t next_rr = 0;
     std::vector<int> tenants;
@@ -101,7 +102,8 @@ class Simulator {
   void Kick();
   void KickReplica(Replica& r);
   void SyncReplica(Replica& r);
-  void WakeReplica(int replica);
+  // `trainer`: a step of one of its tenants (a busy rollout then syncs after its pass).
+  void WakeReplica(int replica, bool trainer = false);
   void StartGroups(Replica& r);
   void StartGroup(Replica& r, Tenant& t);
   void FinishPass(Replica& r, const std::vector<int>& batch);
@@ -158,8 +160,9 @@ void Simulator::Admit(int id) {
   });
 }
 
-void Simulator::WakeReplica(int replica) {
+void Simulator::WakeReplica(int replica, bool trainer) {
   Replica& r = replicas_[size_t(replica)];
+  if (trainer) r.trainer_stepped = true;
   if (r.busy || r.wake_pending) return;  // a busy rollout looks again after its pass
   r.wake_pending = true;
   At(now_ + kRolloutSyncIdleS / 2, [this, replica] {
@@ -171,6 +174,7 @@ void Simulator::WakeReplica(int replica) {
 
 void Simulator::SyncReplica(Replica& r) {
   r.last_sync = now_;
+  r.trainer_stepped = false;
   for (int id : r.tenants) {
     Tenant& t = tenants_[size_t(id)];
     t.seen_adapter = t.adapter;
@@ -254,8 +258,10 @@ void Simulator::StartGroups(Replica& r) {
 
 void Simulator::KickReplica(Replica& r) {
   if (r.busy) return;
-  // Generating, it syncs every 50 ms (between passes); idle, WakeReplica syncs it.
-  if (!r.active.empty() && now_ - r.last_sync >= kRolloutSyncBusyS) SyncReplica(r);
+  // Generating, it syncs after a pass during which the trainer stepped one of its tenants, and
+  // every 50 ms; idle, WakeReplica syncs it.
+  if (!r.active.empty() && (r.trainer_stepped || now_ - r.last_sync >= kRolloutSyncBusyS))
+    SyncReplica(r);
   while (!r.returning.empty()) {
     r.active.push_back(r.returning.front());
     r.returning.pop_front();
@@ -427,9 +433,9 @@ void Simulator::KickTrainer(Trainer& tr) {
             const bool remote =
                 p_.placement == "accelerator" && replicas_[size_t(replica)].device != tr.device;
             if (remote && p_.adapter_sync_s > 0) {
-              At(now_ + p_.adapter_sync_s, [this, replica] { WakeReplica(replica); });
+              At(now_ + p_.adapter_sync_s, [this, replica] { WakeReplica(replica, true); });
             } else {
-              WakeReplica(replica);
+              WakeReplica(replica, true);
             }
           }
         });

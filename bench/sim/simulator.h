@@ -10,7 +10,8 @@
 //    them are trained. Each pass costs rollout(rows, tokens, adapters); a joining sequence
 //    prefills its prompt, a tool call parks its sequence until the verifier's result comes back
 //    and it rejoins with its whole context. The rollout sees the trainer's progress (retired
-//    groups, new adapters) when it syncs: every 50 ms while generating, within 2 ms when idle.
+//    groups, new adapters) when it syncs: while generating, after a pass during which the
+//    trainer stepped one of its tenants and every 50 ms; within 2 ms when idle.
 //  - verifier: `verifier_workers` workers, FIFO with at most workers - 1 jobs of one tenant
 //    running; a group costs the task's verify_s, a tool call tool_s; with env latency a result
 //    is released no sooner than a lognormal delay (median env_latency_ms, sigma 0.5) after the

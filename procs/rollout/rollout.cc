@@ -547,12 +547,17 @@ Status Rollout::Run() {
   if (prev.ok()) engine_.cost = prev->cost;  // the cost sums span restarts (shm/metrics.h)
   metrics_.StoreEngine(engine_);             // ready: serve's WaitUntilReady sees the start time
   int64_t last_sync = 0;
+  uint64_t trainer_steps = 0;  // the trainer's step count at our last sync
   while (!pipeline::StopRequested()) {
-    // Every 50 ms while generating; every 2 ms while idle, i.e. waiting for the trainer (a
-    // tenant's new adapter, its retired groups): the wait is then not stretched by our polling
-    // (it was up to 50 ms a step, which a lockstep schedule pays in full).
+    // After every pass during which the trainer stepped (a tenant's new adapter, its retired
+    // groups: pacing lets new groups start only once we see them), else every 50 ms while
+    // generating (admissions, drops); every 2 ms while idle, i.e. waiting for the trainer. A
+    // 1-tenant run used to wait up to 50 ms for each step's retirements.
     const int64_t now = MonotonicNanos();
-    if (now - last_sync >= (gen_.active() > 0 ? 50'000'000 : 2'000'000)) {
+    auto trainer = trainer_metrics_.LoadEngine();
+    const bool trainer_stepped = trainer.ok() && trainer->items != trainer_steps;
+    if (trainer_stepped || now - last_sync >= (gen_.active() > 0 ? 50'000'000 : 2'000'000)) {
+      if (trainer.ok()) trainer_steps = trainer->items;
       SyncTenants();
       ExpireToolCalls();
       StoreMetrics();
