@@ -97,6 +97,7 @@ fi
 if [[ $configured -eq 1 && -n "$torch_prefix" ]]; then
   echo "== build model_cuda_test ($(elapsed))"
   if timeout "$(limit 300)" cmake --build build-gpu -j "$(nproc)" --target model_cuda_test \
+       bench_model_profile \
        > "$OUT/build-model.log" 2>&1; then
     row build_model "ok" "$(grep -c 'Building' "$OUT/build-model.log") objects, $(elapsed)"
   else
@@ -143,9 +144,23 @@ bench() {
 }
 bench bench_lora_cuda 90
 bench bench_adapter_ipc 90
-# The model on the GPU against the CPU (built against the host PyTorch's LibTorch).
+# The model on the GPU against the CPU (built against the host PyTorch's LibTorch), then the
+# GPU's stage costs as the simulator's profile: `marlaas bench sim --calibrate RUN --profile
+# gpu_profile.json` projects with it.
 if [[ -n "$torch_prefix" ]]; then
   gtest model_cuda_test 150
+  if [[ -x "$bin/bench_model_profile" ]]; then
+    echo "== bench_model_profile ($(elapsed))"
+    timeout "$(limit 120)" "$bin/bench_model_profile" --device cuda --model qwen2.5-0.5b \
+      --profile "$OUT/gpu_profile.json" --json "$OUT/bench_model_profile.json" 2>&1 |
+      tee "$OUT/bench_model_profile.log"
+    rc=${PIPESTATUS[0]}
+    fit=$(grep -E '^(rollout pass|trainer step) =' "$OUT/bench_model_profile.log" | paste -sd ';' -)
+    if [[ $rc -eq 0 ]]; then row bench_model_profile "ok" "${fit:-no fit line}"
+    else row bench_model_profile "MISSED/FAILED (rc $rc)" "${fit:-no fit line}"; fi
+  else
+    row bench_model_profile "FAILED" "not built"
+  fi
 else
   row model_cuda_test "skipped" "no CUDA PyTorch (LibTorch) on this host"
 fi

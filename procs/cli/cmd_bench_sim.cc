@@ -113,6 +113,11 @@ int RunBenchSim(std::vector<std::string> args) {
       return 1;
     }
     projection_profile = *p;
+    // A device profile (bench_model_profile) measures the engines; what a task's groups look
+    // like (tokens, tool calls, verifier time) comes from the measured runs.
+    if (projection_profile.tasks.empty()) projection_profile.tasks = calibrated->tasks;
+    if (projection_profile.checkpoint_s == 0)  // host file writes, as measured here
+      projection_profile.checkpoint_s = calibrated->checkpoint_s;
   }
   const sim::CostProfile& c = *calibrated;
   std::printf("cost profile (%s, %d cores):\n", c.name.c_str(), c.cores);
