@@ -57,20 +57,6 @@ model::ModelConfig ConfigNamed(const std::string& name) {
   return model::TinyConfig();
 }
 
-std::shared_ptr<const model::BaseWeights> OnDevice(std::shared_ptr<const model::BaseWeights> w,
-                                                   const torch::Device& device) {
-  if (device.is_cpu()) return w;
-  const model::PackedLayout layout = model::PackLayout(*w);
-  auto block = std::make_shared<torch::Tensor>(
-      torch::empty({int64_t(layout.bytes / sizeof(float))},
-                   torch::TensorOptions(torch::kFloat32).device(device)));
-  Status st = model::CopyPacked(*w, layout, block->data_ptr(), device);
-  TORCH_CHECK(st.ok(), st.ToString());
-  auto viewed = model::ViewPacked(w->config, layout, block->data_ptr(), device, block);
-  TORCH_CHECK(viewed.ok(), viewed.status().ToString());
-  return *viewed;
-}
-
 struct PassRow {
   int rows, adapters, prompt;
   double prefill_ms, decode_ms;
@@ -194,7 +180,16 @@ int Run(int argc, char** argv) {
   }
   model::SetComputeThreads(1);
   auto host = model::BaseWeights::Random(ConfigNamed(model_name), 1);
-  const model::Transformer model(OnDevice(host, *device));
+  std::shared_ptr<const model::BaseWeights> weights = host;
+  if (device->is_cuda()) {
+    auto packed = model::PackOnDevice(*host, *device);
+    if (!packed.ok()) {
+      std::fprintf(stderr, "bench_model_profile: %s\n", packed.status().ToString().c_str());
+      return 1;
+    }
+    weights = *packed;
+  }
+  const model::Transformer model(weights);
   std::vector<std::shared_ptr<const model::LoraAdapter>> adapters;
   for (int k = 0; k < 32; ++k) {
     auto a = model::LoraAdapter::Create(*host, 16, 32.0f, 0x7f, uint64_t(k + 1));

@@ -79,4 +79,14 @@ Result<std::shared_ptr<const BaseWeights>> ViewPacked(const ModelConfig& config,
   return std::shared_ptr<const BaseWeights>(std::move(w));
 }
 
+Result<std::shared_ptr<const BaseWeights>> PackOnDevice(const BaseWeights& weights,
+                                                        const torch::Device& device) {
+  const PackedLayout layout = PackLayout(weights);
+  auto block = std::make_shared<torch::Tensor>(
+      torch::empty({int64_t(layout.bytes / sizeof(float))},
+                   torch::TensorOptions(torch::kFloat32).device(device)));
+  MARLAAS_RETURN_IF_ERROR(CopyPacked(weights, layout, block->data_ptr(), block->device()));
+  return ViewPacked(weights.config, layout, block->data_ptr(), block->device(), block);
+}
+
 }  // namespace marlaas::model

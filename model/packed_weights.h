@@ -46,4 +46,9 @@ Result<std::shared_ptr<const BaseWeights>> ViewPacked(const ModelConfig& config,
                                                       const torch::Device& device,
                                                       std::shared_ptr<const void> keepalive);
 
+// A packed copy of `weights` in one LibTorch allocation on `device` (the weights hold it): the
+// base on a device without sharing it with other processes (benchmarks, tests).
+Result<std::shared_ptr<const BaseWeights>> PackOnDevice(const BaseWeights& weights,
+                                                        const torch::Device& device);
+
 }  // namespace marlaas::model

@@ -89,6 +89,13 @@ TEST_P(PackedWeightsTest, ViewsOfTheBlockComputeWhatTheWeightsCompute) {
   LoraRouting routing{{adapter.get()}, {0, -1, 0}};
   torch::NoGradGuard no_grad;
   EXPECT_EQ(MaxAbsDiff(original.Forward(tokens, &routing), packed.Forward(tokens, &routing)), 0);
+  // PackOnDevice: the same, in a block of its own.
+  auto own = PackOnDevice(*w, torch::kCPU);
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  EXPECT_NE((*own)->embed.data_ptr(), w->embed.data_ptr());
+  EXPECT_EQ(
+      MaxAbsDiff(Transformer(*own).Forward(tokens, &routing), original.Forward(tokens, &routing)),
+      0);
 }
 
 INSTANTIATE_TEST_SUITE_P(TiedAndBias, PackedWeightsTest,

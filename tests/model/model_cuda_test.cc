@@ -107,14 +107,9 @@ std::shared_ptr<const LoraAdapter> RandomAdapter(const BaseWeights& w, uint32_t 
 
 // The base packed into device memory (a LibTorch allocation holds the block).
 std::shared_ptr<const BaseWeights> OnCuda(const BaseWeights& w) {
-  const PackedLayout layout = PackLayout(w);
-  auto block = std::make_shared<torch::Tensor>(
-      torch::empty({int64_t(layout.bytes / sizeof(float))},
-                   torch::TensorOptions(torch::kFloat32).device(torch::kCUDA)));
-  TORCH_CHECK(CopyPacked(w, layout, block->data_ptr(), block->device()).ok(), "CopyPacked");
-  auto viewed = ViewPacked(w.config, layout, block->data_ptr(), block->device(), block);
-  TORCH_CHECK(viewed.ok(), viewed.status().ToString());
-  return *viewed;
+  auto packed = PackOnDevice(w, torch::kCUDA);
+  TORCH_CHECK(packed.ok(), packed.status().ToString());
+  return *packed;
 }
 
 std::string Diff(const char* what, const torch::Tensor& a, const torch::Tensor& b, double tol) {
