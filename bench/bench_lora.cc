@@ -107,12 +107,20 @@ class Bench {
     return b;
   }
 
+  // One cache per row. (Copies of one KvCache would share its tensors: every row would write
+  // into the same keys and values.)
+  std::vector<KvCache> Caches(int64_t capacity) const {
+    std::vector<KvCache> caches;
+    for (int i = 0; i < kBatch; ++i) caches.emplace_back(model_.config(), capacity);
+    return caches;
+  }
+
   double Prefill(const std::string& mode) const {
     torch::NoGradGuard no_grad;
     auto prompts = Prompts(kBatch, kContext, model_.config().vocab_size);
     double best = 1e30;
     for (int r = 0; r < repeats_; ++r) {
-      std::vector<KvCache> caches(kBatch, KvCache(model_.config(), kContext + 8));
+      std::vector<KvCache> caches = Caches(kContext + 8);
       const double t0 = NowSeconds();
       for (const auto& rows : Groups(mode)) {
         Batch b = Make(mode, rows, prompts, caches);
@@ -126,7 +134,7 @@ class Bench {
   double Decode(const std::string& mode, int steps) const {
     torch::NoGradGuard no_grad;
     auto prompts = Prompts(kBatch, kContext, model_.config().vocab_size);
-    std::vector<KvCache> caches(kBatch, KvCache(model_.config(), kContext + steps + 8));
+    std::vector<KvCache> caches = Caches(kContext + steps + 8);
     for (const auto& rows : Groups(mode)) {  // fill the contexts (not timed)
       Batch b = Make(mode, rows, prompts, caches);
       model_.Step(b.tokens, b.caches, mode == "base_only" ? nullptr : &b.routing);
