@@ -33,6 +33,7 @@ std::vector<GenerationResult> Generator::Step() {
   std::vector<KvCache*> caches;
   LoraRouting routing;
   last_step_ = StepShape{seqs_.size(), 0, 0};
+  std::vector<bool> slot_seen(pool_ ? size_t(pool_->slots()) : 0);  // distinct adapters
   for (auto& s : seqs_) {
     const std::vector<int32_t>& in =
         s->prefilled ? std::vector<int32_t>{s->result.tokens.back()} : s->req.prompt;
@@ -42,9 +43,10 @@ std::vector<GenerationResult> Generator::Step() {
     int32_t index = -1;
     if (pool_) {
       index = s->pool_slot;
-      if (index >= 0 && std::find(routing.row_adapter.begin(), routing.row_adapter.end(), index) ==
-                            routing.row_adapter.end())
+      if (index >= 0 && !slot_seen[size_t(index)]) {
+        slot_seen[size_t(index)] = true;
         ++last_step_.adapters;
+      }
     } else if (s->req.adapter) {
       auto it = std::find(routing.adapters.begin(), routing.adapters.end(), s->req.adapter.get());
       index = int32_t(it - routing.adapters.begin());

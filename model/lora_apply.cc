@@ -94,9 +94,8 @@ torch::Tensor WithPool(const torch::Tensor& x, const torch::Tensor& y, int layer
 
 void LoraSegments::SetPoolSegments(const LoraPool* p) {
   pool = p;
-  const auto options = torch::TensorOptions(torch::kInt32).device(p->device());
-  device_start = torch::tensor(start, torch::kInt32).to(options.device());
-  device_adapter = torch::tensor(adapter, torch::kInt32).to(options.device());
+  device_start = torch::tensor(start, torch::kInt32).to(p->device());
+  device_adapter = torch::tensor(adapter, torch::kInt32).to(p->device());
 }
 
 LoraSegments LoraSegments::Uniform(std::vector<const LoraAdapter*> adapters,

@@ -31,8 +31,7 @@ void LoraPool::Grow(int slots, uint32_t max_rank) {
   }
   auto scale = torch::zeros({slots}, options);
   if (slots_ > 0) scale.narrow(0, 0, slots_).copy_(scale_);
-  for (int s = slots_; s < slots; ++s) free_.push_back(s);
-  std::sort(free_.rbegin(), free_.rend());  // descending: the lowest free slot is taken first
+  for (int s = slots_; s < slots; ++s) free_.insert(s);
   a_ = std::move(a);
   bt_ = std::move(bt);
   scale_ = std::move(scale);
@@ -87,8 +86,8 @@ Result<int> LoraPool::Acquire(const std::shared_ptr<const LoraAdapter>& adapter)
     while (rank < layout.rank) rank *= 2;
     Grow(free_.empty() ? slots_ * 2 : slots_, std::min(rank, kMaxPoolRank));
   }
-  const int slot = free_.back();
-  free_.pop_back();
+  const int slot = *free_.begin();
+  free_.erase(free_.begin());
   Load(slot, *adapter);
   by_adapter_[adapter.get()] = Entry{adapter, slot, 1};
   return slot;
@@ -97,8 +96,7 @@ Result<int> LoraPool::Acquire(const std::shared_ptr<const LoraAdapter>& adapter)
 void LoraPool::Release(const LoraAdapter* adapter) {
   auto it = by_adapter_.find(adapter);
   if (it == by_adapter_.end() || --it->second.uses > 0) return;
-  free_.push_back(it->second.slot);
-  std::sort(free_.rbegin(), free_.rend());  // lowest slot reused first
+  free_.insert(it->second.slot);
   by_adapter_.erase(it);
 }
 

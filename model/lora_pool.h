@@ -12,6 +12,7 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -66,7 +67,7 @@ class LoraPool {
   uint32_t max_rank_ = 0;
   std::vector<torch::Tensor> a_, bt_;
   torch::Tensor scale_;
-  std::vector<int> free_;  // free slots, the lowest last
+  std::set<int> free_;  // free slots; the lowest is taken first
   std::unordered_map<const LoraAdapter*, Entry> by_adapter_;
 };
 

@@ -270,6 +270,11 @@ TEST(LoraPoolTest, TheGeneratorKeepsEachAdapterVersionResidentWhileItsSequencesR
   }
   EXPECT_EQ(pooled.pool()->resident(), 2);  // v1 once, however many sequences use it
   std::map<uint64_t, GenerationResult> want, got;
+  // The first step (every sequence prefills; none finishes) sees two distinct adapters either way.
+  EXPECT_TRUE(direct.Step().empty());
+  EXPECT_TRUE(pooled.Step().empty());
+  EXPECT_EQ(direct.last_step().adapters, 2u);
+  EXPECT_EQ(pooled.last_step().adapters, 2u);
   while (direct.active() > 0)
     for (auto& r : direct.Step()) want[r.id] = r;
   bool saw_one_left = false;
@@ -319,6 +324,14 @@ TEST(DeviceTest, NamesParseAndCudaNeedsACudaLibTorch) {
 }
 
 TEST(DeviceTest, LoadBaseOnTheCpuIsTheLoadedBase) {
+  const std::string dir = std::string(MARLAAS_TEST_DATA_DIR) + "/llama";
+  auto base = LoadBase("devtest", dir, torch::kCPU, Deadline::AfterMs(1000));
+  auto loaded = BaseWeights::Load(dir);
+  ASSERT_TRUE(base.ok() && loaded.ok()) << base.status().ToString();
+  const auto want = (*loaded)->NamedTensors();
+  const auto got = (*base)->NamedTensors();
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, t] : want) EXPECT_TRUE(torch::equal(got.at(name), t)) << name;
   auto missing = LoadBase("devtest", "/nonexistent-model", torch::kCPU, Deadline::AfterMs(1000));
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("/nonexistent-model"), std::string::npos)
