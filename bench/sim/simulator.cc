@@ -17,6 +17,7 @@ namespace {
 // Poll intervals of the real stages, which the simulated ones wait for as they do.
 constexpr double kRolloutSyncBusyS = 0.050;  // procs/rollout: SyncTenants while generating
 constexpr double kRolloutSyncIdleS = 0.002;  // ... and while idle
+constexpr double kRolloutLookS = 0.0005;     // idle, it looks for trainer steps and tool results
 constexpr double kTrainerTableS = 0.010;     // procs/trainer: polls the tenant table
 constexpr double kServiceTickS = 0.020;      // bench/pipeline_bench: the service loop
 constexpr double kToolAt = 0.8;              // a tool call comes 80% into its completion
@@ -73,7 +74,8 @@ class Simulator {
   };
   struct Replica {
     int device = 0;
-    bool busy = false, wake_pending = false;
+    bool busy = false;
+    double wake_at = std::numeric_limits<double>::infinity();  // the earliest wake scheduled
     bool trainer_stepped = false;  // since its last sync: it syncs after the pass in progress
     double last_sync = -1;
     size_t next_rr = 0;
@@ -102,8 +104,9 @@ class Simulator {
   void Kick();
   void KickReplica(Replica& r);
   void SyncReplica(Replica& r);
-  // `trainer`: a step of one of its tenants (a busy rollout then syncs after its pass).
-  void WakeReplica(int replica, bool trainer = false);
+  // An idle rollout syncs and looks for work `delay` from now; `trainer`: a step of one of its
+  // tenants (a busy rollout then syncs right after its pass).
+  void WakeReplica(int replica, double delay, bool trainer = false);
   void StartGroups(Replica& r);
   void StartGroup(Replica& r, Tenant& t);
   void FinishPass(Replica& r, const std::vector<int>& batch);
@@ -156,18 +159,24 @@ void Simulator::Admit(int id) {
   At(now_ + kTrainerTableS / 2, [this, id] {
     Tenant& t = tenants_[size_t(id)];
     t.adapter = true;
-    WakeReplica(t.replica);
+    WakeReplica(t.replica, kRolloutSyncIdleS / 2);  // a new tenant: its periodic sync
   });
 }
 
-void Simulator::WakeReplica(int replica, bool trainer) {
+void Simulator::WakeReplica(int replica, double delay, bool trainer) {
   Replica& r = replicas_[size_t(replica)];
-  if (trainer) r.trainer_stepped = true;
-  if (r.busy || r.wake_pending) return;  // a busy rollout looks again after its pass
-  r.wake_pending = true;
-  At(now_ + kRolloutSyncIdleS / 2, [this, replica] {
+  // A busy rollout looks again right after its pass (KickReplica); an idle one after `delay`,
+  // and an earlier wake already covers a later one.
+  if (r.busy) {
+    r.trainer_stepped = r.trainer_stepped || trainer;
+    return;
+  }
+  if (r.wake_at <= now_ + delay) return;
+  r.wake_at = now_ + delay;
+  At(r.wake_at, [this, replica] {
     Replica& r = replicas_[size_t(replica)];
-    r.wake_pending = false;
+    if (r.wake_at > now_ + kEps) return;  // superseded by an earlier wake that already ran
+    r.wake_at = std::numeric_limits<double>::infinity();
     SyncReplica(r);
   });
 }
@@ -258,9 +267,9 @@ void Simulator::StartGroups(Replica& r) {
 
 void Simulator::KickReplica(Replica& r) {
   if (r.busy) return;
-  // Generating, it syncs after a pass during which the trainer stepped one of its tenants, and
-  // every 50 ms; idle, WakeReplica syncs it.
-  if (!r.active.empty() && (r.trainer_stepped || now_ - r.last_sync >= kRolloutSyncBusyS))
+  // It syncs after a pass during which the trainer stepped one of its tenants, and every 50 ms
+  // while generating; idle, WakeReplica syncs it.
+  if (r.trainer_stepped || (!r.active.empty() && now_ - r.last_sync >= kRolloutSyncBusyS))
     SyncReplica(r);
   while (!r.returning.empty()) {
     r.active.push_back(r.returning.front());
@@ -312,8 +321,8 @@ void Simulator::FinishPass(Replica& r, const std::vector<int>& batch) {
   r.active.erase(std::remove_if(r.active.begin(), r.active.end(),
                                 [&](int id) { return leaving.count(id) > 0; }),
                  r.active.end());
-  // Idle now: it polls every 2 ms (and may have missed a wake while it was busy).
-  if (r.active.empty()) WakeReplica(int(&r - replicas_.data()));
+  // Idle now: its periodic sync (a trainer step during the pass is seen at once: KickReplica).
+  if (r.active.empty()) WakeReplica(int(&r - replicas_.data()), kRolloutSyncIdleS / 2);
 }
 
 void Simulator::SubmitVerifier(VerifierJob job) {
@@ -367,7 +376,7 @@ void Simulator::ReleaseVerifierResults() {
         q.prefill = t.task->prompt_tokens + q.generated + kToolResultTokens;
         Replica& r = replicas_[size_t(t.replica)];
         r.returning.push_back(job.sequence);
-        WakeReplica(t.replica);
+        WakeReplica(t.replica, kRolloutLookS / 2);
       }
     }
   }
@@ -433,9 +442,10 @@ void Simulator::KickTrainer(Trainer& tr) {
             const bool remote =
                 p_.placement == "accelerator" && replicas_[size_t(replica)].device != tr.device;
             if (remote && p_.adapter_sync_s > 0) {
-              At(now_ + p_.adapter_sync_s, [this, replica] { WakeReplica(replica, true); });
+              At(now_ + p_.adapter_sync_s,
+                 [this, replica] { WakeReplica(replica, kRolloutLookS / 2, true); });
             } else {
-              WakeReplica(replica, true);
+              WakeReplica(replica, kRolloutLookS / 2, true);
             }
           }
         });

@@ -11,7 +11,8 @@
 //    prefills its prompt, a tool call parks its sequence until the verifier's result comes back
 //    and it rejoins with its whole context. The rollout sees the trainer's progress (retired
 //    groups, new adapters) when it syncs: while generating, after a pass during which the
-//    trainer stepped one of its tenants and every 50 ms; within 2 ms when idle.
+//    trainer stepped one of its tenants and every 50 ms; idle, it sees a trainer step or a tool
+//    result within 0.5 ms and a new tenant within 2 ms.
 //  - verifier: `verifier_workers` workers, FIFO with at most workers - 1 jobs of one tenant
 //    running; a group costs the task's verify_s, a tool call tool_s; with env latency a result
 //    is released no sooner than a lognormal delay (median env_latency_ms, sigma 0.5) after the

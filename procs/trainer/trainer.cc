@@ -96,7 +96,8 @@ class Trainer {
   Status StartTenant(const pipeline::WatchedTenant& w);
   void HandleRecord(const RecordView& view);
   void Retire(TrainTenant* t, uint64_t group_id, const std::string& drop_reason);
-  void TrainReady(bool under_pressure);
+  // Whether it stepped: then more may be ready, and the loop does not wait for records.
+  bool TrainReady(bool under_pressure);
   // `result` is null when every group of the step was degenerate (no update).
   void FinishStep(TrainTenant* t, const std::vector<pb::TrajectoryGroup>& groups,
                   const rl::TenantStepResult* result, int degenerate);
@@ -340,7 +341,7 @@ void Trainer::HandleRecord(const RecordView& view) {
   }
 }
 
-void Trainer::TrainReady(bool under_pressure) {
+bool Trainer::TrainReady(bool under_pressure) {
   // Under ring pressure, the tenant whose record blocks the ack cursor steps with what it has.
   TrainTenant* forced = nullptr;
   if (under_pressure) {
@@ -371,7 +372,7 @@ void Trainer::TrainReady(bool under_pressure) {
       if (t->finished || idle || t->ready.size() >= t->spec.prompts_per_step()) continue;
       auto rm = rollout_metrics_.LoadTenant(t->row);
       const uint64_t started = rm.ok() && rm->generation == t->generation ? rm->cursor : 0;
-      if (started > t->retired_total + t->ready.size()) return;
+      if (started > t->retired_total + t->ready.size()) return false;
     }
   }
   for (auto& [row, tp] : tenants_) {
@@ -443,7 +444,7 @@ void Trainer::TrainReady(bool under_pressure) {
     step_of.push_back(step.completions.empty() ? SIZE_MAX : steps.size());
     if (!step.completions.empty()) steps.push_back(std::move(step));
   }
-  if (stepping.empty()) return;
+  if (stepping.empty()) return false;
   const int64_t t0 = MonotonicNanos(), cpu0 = ProcessCpuNanos();
   const int64_t checkpoint_cpu_before = checkpoint_cpu_ns_;
   // The learning-rate schedule of each tenant for this step.
@@ -474,7 +475,7 @@ void Trainer::TrainReady(bool under_pressure) {
       std::snprintf(stepping[k]->metrics.last_error, sizeof(stepping[k]->metrics.last_error), "%s",
                     why.c_str());
     }
-    return;
+    return true;
   }
   for (size_t k = 0; k < stepping.size(); ++k) {
     FinishStep(stepping[k], batches[k], step_of[k] == SIZE_MAX ? nullptr : &results[step_of[k]],
@@ -504,6 +505,7 @@ void Trainer::TrainReady(bool under_pressure) {
   const int64_t checkpointing = checkpoint_cpu_ns_ - checkpoint_cpu_before;
   engine_.cost.Add(double(rows), double(padded), double(stepping.size()),
                    double(std::max<int64_t>(0, cpu - checkpointing)) * 1e-9);
+  return true;
 }
 
 void Trainer::FinishStep(TrainTenant* t, const std::vector<pb::TrajectoryGroup>& groups,
@@ -613,6 +615,7 @@ Status Trainer::Run() {
   }
   metrics_.StoreEngine(engine_);  // ready: serve's WaitUntilReady sees the start time
   int64_t next_poll = 0;
+  bool stepped = false;
   while (!pipeline::StopRequested()) {
     if (MonotonicNanos() >= next_poll) {
       SyncTenants();
@@ -620,10 +623,14 @@ Status Trainer::Run() {
       // poll re-reads the table's rows and reuses the job specs read before, some microseconds.
       next_poll = MonotonicNanos() + kTablePollNs;
     }
+    // Wait for records only when the last pass trained nothing: after a step another batch may
+    // be ready already (a tenant two steps ahead, or one that waited for this step), and waiting
+    // here first delayed it by up to the whole poll interval.
+    const Deadline first_wait =
+        stepped ? Deadline::Now() : Deadline::AfterMs(kTablePollNs / 1'000'000);
     bool got = false;
     for (int i = 0; i < 256; ++i) {
-      auto rec =
-          input_.Fetch(i == 0 ? Deadline::AfterMs(kTablePollNs / 1'000'000) : Deadline::Now());
+      auto rec = input_.Fetch(i == 0 ? first_wait : Deadline::Now());
       if (rec.ok()) {
         HandleRecord(*rec);
         got = true;
@@ -642,7 +649,7 @@ Status Trainer::Run() {
     (void)got;
     const bool pressure =
         input_.unacked_bytes() > pipeline::PipelineRingOptions().capacity_bytes / 2;
-    TrainReady(pressure);
+    stepped = TrainReady(pressure);
     AckDone();
     StoreMetrics();
   }
