@@ -4,7 +4,8 @@
 
 namespace marlaas::model {
 
-Generator::Generator(const Transformer& model, bool adapter_pool) : model_(model) {
+Generator::Generator(const Transformer& model, bool adapter_pool)
+    : model_(model), arena_(std::make_shared<KvArena>(model.config(), model.device())) {
   if (adapter_pool || model_.device().is_cuda())
     pool_ = std::make_unique<LoraPool>(model_.weights(), model_.device());
 }
@@ -17,9 +18,8 @@ void Generator::Add(GenerationRequest request) {
     TORCH_CHECK(acquired.ok(), acquired.status().ToString());
     slot = *acquired;
   }
-  auto seq = std::unique_ptr<Sequence>(
-      new Sequence{std::move(request), KvCache(model_.config(), 64, model_.device()), SamplerRng(0),
-                   GenerationResult{}, false, slot});
+  auto seq = std::unique_ptr<Sequence>(new Sequence{
+      std::move(request), KvCache(arena_), SamplerRng(0), GenerationResult{}, false, slot});
   seq->rng = SamplerRng(seq->req.seed);
   seq->result.id = seq->req.id;
   seqs_.push_back(std::move(seq));
@@ -67,7 +67,7 @@ std::vector<GenerationResult> Generator::Step() {
     Sequence& s = *seqs_[b];
     s.prefilled = true;
     const Sampled pick =
-        SampleToken(logits[int64_t(b)].data_ptr<float>(), vocab, s.req.sampling, &s.rng);
+        SampleToken(logits.data_ptr<float>() + b * size_t(vocab), vocab, s.req.sampling, &s.rng);
     s.result.tokens.push_back(pick.token);
     s.result.logprobs.push_back(pick.logprob);
     const bool stop = std::find(s.req.stop_tokens.begin(), s.req.stop_tokens.end(), pick.token) !=

@@ -4,7 +4,8 @@
 // the adapter object it started with, so publishing a tenant's new adapter affects only that
 // tenant's later sequences: no global pause. On a CUDA device the adapters in use are resident
 // in a LoraPool (copied in when their first sequence joins, freed when their last one leaves)
-// and the logits come back to the CPU for sampling. One thread drives a Generator.
+// and the logits come back to the CPU for sampling. The sequences' caches share one KvArena, so
+// the decoding rows attend together. One thread drives a Generator.
 #pragma once
 
 #include <cstdint>
@@ -66,6 +67,7 @@ class Generator {
     int pool_slot = -1;
   };
   const Transformer& model_;
+  std::shared_ptr<KvArena> arena_;  // every sequence's cache: Step batches their attention
   std::unique_ptr<LoraPool> pool_;  // only on a CUDA device
   std::vector<std::unique_ptr<Sequence>> seqs_;
   StepShape last_step_;

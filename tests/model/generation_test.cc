@@ -32,35 +32,48 @@ std::vector<int64_t> RandomTokens(std::mt19937& rng, int n, int vocab) {
 
 // Property: at every step, the logits of the cached incremental forward equal those of a full
 // forward over the whole sequence so far, for rows that join mid-way with their own prompt
-// lengths and adapters while others decode.
-TEST(GenerationTest, KvCacheStepsEqualFullRecomputeAtEveryStep) {
+// lengths and adapters while others decode, and leave (freeing their cache) before others join.
+// With caches in one shared KvArena (GetParam) the decoding rows attend as one batch: started
+// with two slots of two positions, it grows both while rows run, and a row that joins late takes
+// a released slot whose stale keys lie beyond its length.
+class KvCacheStepTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(KvCacheStepTest, StepsEqualFullRecomputeAtEveryStep) {
+  const bool shared_arena = GetParam();
   auto w = *BaseWeights::Load(kData + "/llama");
+  ASSERT_GT(w->config.num_heads, w->config.num_kv_heads);  // grouped-query attention is covered
   Transformer model(w);
   std::mt19937 rng(51);
   auto a0 = RandomAdapter(*w, 4, 1), a1 = RandomAdapter(*w, 7, 2);
   const int vocab = w->config.vocab_size;
+  auto arena = std::make_shared<KvArena>(w->config, torch::kCPU, 2, 2);
   struct Row {
     std::vector<int64_t> seq;
     std::unique_ptr<KvCache> cache;
     int32_t adapter;
-    int join_step;
+    int join_step, leave_step;
   };
   std::vector<Row> rows;
-  const int prompt_len[] = {5, 1, 9, 3};
-  const int32_t adapter_of[] = {0, -1, 1, 0};
-  const int join_at[] = {0, 0, 2, 4};
-  for (int r = 0; r < 4; ++r) {
-    rows.push_back({RandomTokens(rng, prompt_len[r], vocab),
-                    std::make_unique<KvCache>(w->config, 2), adapter_of[r], join_at[r]});
-  }
+  const int prompt_len[] = {5, 1, 9, 3, 2, 4};
+  const int32_t adapter_of[] = {0, -1, 1, 0, 1, -1};
+  const int join_at[] = {0, 0, 2, 4, 7, 7};
+  const int leave_at[] = {12, 6, 12, 12, 12, 12};
+  for (int r = 0; r < 6; ++r)
+    rows.push_back(
+        {RandomTokens(rng, prompt_len[r], vocab), nullptr, adapter_of[r], join_at[r], leave_at[r]});
   torch::NoGradGuard no_grad;
-  for (int step = 0; step < 8; ++step) {
+  for (int step = 0; step < 12; ++step) {
     std::vector<torch::Tensor> inputs;
     std::vector<KvCache*> caches;
     LoraRouting routing{{a0.get(), a1.get()}, {}};
     std::vector<Row*> active;
     for (auto& row : rows) {
-      if (step < row.join_step) continue;
+      if (step == row.leave_step) row.cache.reset();
+      if (step < row.join_step || step >= row.leave_step) continue;
+      if (row.cache == nullptr) {
+        row.cache = shared_arena ? std::make_unique<KvCache>(arena)
+                                 : std::make_unique<KvCache>(w->config, 2);
+      }
       const bool joining = row.cache->length() == 0;
       std::vector<int64_t> in = joining ? row.seq : std::vector<int64_t>{row.seq.back()};
       inputs.push_back(torch::tensor(in, torch::kInt64));
@@ -80,6 +93,49 @@ TEST(GenerationTest, KvCacheStepsEqualFullRecomputeAtEveryStep) {
       row.seq.push_back(logits[int64_t(b)].argmax().item<int64_t>());
     }
   }
+  if (shared_arena) {
+    EXPECT_GE(arena->slots(), 4);      // grew from 2: four rows ran at once
+    EXPECT_GE(arena->capacity(), 16);  // grew from 2 positions
+    EXPECT_EQ(arena->in_use(), 5);     // row 1 released its slot
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(CacheLayouts, KvCacheStepTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "SharedArena" : "OwnCaches"; });
+
+// Property: a KvArena hands out distinct slots, reuses released ones, refuses a double release,
+// and keeps every slot's contents when it grows in slots or positions.
+TEST(KvArenaTest, SlotsAreDistinctReusedAndKeptAcrossGrowth) {
+  auto w = *BaseWeights::Load(kData + "/llama");
+  KvArena arena(w->config, torch::kCPU, 1, 2);
+  const int64_t a = arena.Acquire();
+  arena.keys(0).select(0, a).fill_(3.0f);
+  const int64_t b = arena.Acquire();  // grows to two slots
+  EXPECT_NE(a, b);
+  EXPECT_EQ(arena.slots(), 2);
+  arena.Reserve(5);  // grows positions, at least doubling
+  EXPECT_GE(arena.capacity(), 5);
+  EXPECT_TRUE(arena.keys(0).select(0, a).narrow(1, 0, 2).eq(3.0f).all().item<bool>());
+  arena.Release(a);
+  EXPECT_THROW(arena.Release(a), c10::Error);
+  EXPECT_THROW(arena.Release(7), c10::Error);
+  EXPECT_EQ(arena.Acquire(), a);
+  EXPECT_EQ(arena.in_use(), 2);
+}
+
+// Property: moving a KvCache moves its slot (one release, by the last owner).
+TEST(KvArenaTest, MovedCachesReleaseTheirSlotOnce) {
+  auto w = *BaseWeights::Load(kData + "/llama");
+  auto arena = std::make_shared<KvArena>(w->config, torch::kCPU, 2, 2);
+  {
+    std::vector<KvCache> caches;
+    for (int i = 0; i < 5; ++i) caches.emplace_back(arena);  // reallocations move them
+    EXPECT_EQ(arena->in_use(), 5);
+    KvCache moved = std::move(caches[0]);
+    EXPECT_EQ(moved.slot(), 0);
+    EXPECT_EQ(arena->in_use(), 5);
+  }
+  EXPECT_EQ(arena->in_use(), 0);
 }
 
 std::vector<int32_t> Prompt(std::mt19937& rng, int n, int vocab) {

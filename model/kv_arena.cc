@@ -1,0 +1,50 @@
+#include "model/kv_arena.h"
+
+#include <algorithm>
+
+namespace marlaas::model {
+
+KvArena::KvArena(const ModelConfig& c, torch::Device device, int64_t slots, int64_t capacity) {
+  TORCH_CHECK(slots >= 1 && capacity >= 1, "a KvArena needs at least one slot and position");
+  const auto options = torch::TensorOptions(torch::kFloat32).device(device);
+  for (int l = 0; l < c.num_layers; ++l) {
+    k_.push_back(torch::empty({slots, c.num_kv_heads, capacity, c.head_dim}, options));
+    v_.push_back(torch::empty({slots, c.num_kv_heads, capacity, c.head_dim}, options));
+  }
+  slots_ = slots;
+  capacity_ = capacity;
+  for (int64_t s = slots - 1; s >= 0; --s) free_.push_back(s);
+}
+
+void KvArena::Resize(int64_t slots, int64_t capacity) {
+  for (size_t l = 0; l < k_.size(); ++l) {
+    for (torch::Tensor* t : {&k_[l], &v_[l]}) {
+      auto grown = torch::empty({slots, t->size(1), capacity, t->size(3)}, t->options());
+      grown.narrow(0, 0, slots_).narrow(2, 0, capacity_).copy_(*t);
+      *t = grown;
+    }
+  }
+  for (int64_t s = slots - 1; s >= slots_; --s) free_.push_back(s);
+  slots_ = slots;
+  capacity_ = capacity;
+}
+
+int64_t KvArena::Acquire() {
+  if (free_.empty()) Resize(slots_ * 2, capacity_);
+  const int64_t slot = free_.back();
+  free_.pop_back();
+  return slot;
+}
+
+void KvArena::Release(int64_t slot) {
+  TORCH_CHECK(slot >= 0 && slot < slots_, "KvArena::Release: no slot ", slot);
+  TORCH_CHECK(std::find(free_.begin(), free_.end(), slot) == free_.end(), "KvArena::Release: slot ",
+              slot, " is already free");
+  free_.push_back(slot);
+}
+
+void KvArena::Reserve(int64_t capacity) {
+  if (capacity > capacity_) Resize(slots_, std::max(capacity, capacity_ * 2));
+}
+
+}  // namespace marlaas::model
