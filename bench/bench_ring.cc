@@ -5,6 +5,9 @@
 //
 //   bench_ring [--json FILE] [--quick]
 //
+// Poll: a consumer's Fetch with a deadline already passed on an empty ring, the stage loops'
+// non-blocking check (their producers attached and alive): it must answer without waiting.
+//
 // --quick runs a tenth of the messages (a smoke test: targets are printed, not enforced).
 // Exit status: 0, or 1 when a target is missed in a full run.
 #include <sys/wait.h>
@@ -18,6 +21,8 @@
 
 #include "bench/report.h"
 #include "bench/transports.h"
+#include "shm/ring_consumer.h"
+#include "shm/ring_producer.h"
 
 namespace marlaas::bench {
 namespace {
@@ -60,6 +65,26 @@ pid_t Spawn(F child) {
     _exit(child() ? 0 : 1);
   }
   return pid;
+}
+
+// Nanoseconds per Fetch(Deadline::Now()) on an empty ring whose producer is attached, or -1.
+double PollNs(size_t polls) {
+  const SegmentName name{Instance(), "poll"};
+  if (!CreateRing(name, RingOptions{1 << 16, 1024}).ok()) return -1;
+  auto producer = RingProducer::Attach(name);
+  auto consumer = RingConsumer::Attach(name);
+  double ns = -1;
+  if (producer.ok() && consumer.ok()) {
+    const double t0 = NowSeconds();
+    size_t timeouts = 0;
+    for (size_t i = 0; i < polls; ++i) {
+      auto r = consumer->Fetch(Deadline::Now());
+      timeouts += !r.ok() && r.status().code() == StatusCode::kTimeout;
+    }
+    if (timeouts == polls) ns = (NowSeconds() - t0) / double(polls) * 1e9;
+  }
+  (void)Segment::Remove(name);
+  return ns;
 }
 
 bool ChildOk(pid_t pid) {
@@ -198,6 +223,13 @@ int Run(int argc, char** argv) {
     }
   }
 
+  const double poll_ns = PollNs(quick ? 20000 : 200000);
+  std::printf("\nempty-ring poll (Fetch with an expired deadline): %.0f ns\n", poll_ns);
+  if (poll_ns < 0) {
+    std::fprintf(stderr, "bench_ring: the poll of an empty ring did not time out\n");
+    return 1;
+  }
+
   const Row* ring1m = Find(rows, "ring", 1 << 20);
   const Row* ring64 = Find(rows, "ring", 64);
   const Row* ring4k = Find(rows, "ring", 4096);
@@ -209,6 +241,7 @@ int Run(int argc, char** argv) {
       {"ring 64 B records/s (millions), blocking waits on", ring64->msgs_per_s / 1e6, 5.0, true},
       {"ring ping-pong 64 B one-way p99 (us)", ring64->p99_us, 20.0, false},
       {"ring ping-pong 4 KiB one-way p99 (us)", ring4k->p99_us, 20.0, false},
+      {"empty-ring poll (us)", poll_ns / 1e3, 1.0, false},
   };
   std::vector<std::string> objects;
   for (const Row& r : rows) {

@@ -1,6 +1,7 @@
 // The blocking wait shared by both ends of a Ring: spin briefly, then sleep on a futex in slices,
 // checking between slices that the peer process is still alive. Never unbounded: it returns
-// kTimeout at the deadline and kPeerDead as soon as a slice finds the peer gone.
+// kTimeout at the deadline and kPeerDead as soon as a slice finds the peer gone. With a deadline
+// already passed it is a poll: kTimeout at once unless ready (a dead peer is found by a wait).
 #pragma once
 
 #include <atomic>
@@ -34,8 +35,22 @@ struct WaitSite {
 template <typename Ready>
 Status WaitUntil(const Ready& ready, const WaitSite& site, const RingWaitOptions& opts,
                  Deadline deadline) {
+  auto timed_out = [&](bool attached) {
+    return Status(
+        StatusCode::kTimeout,
+        std::string("timed out waiting for ") + site.waiting_for +
+            (attached ? std::string() : std::string(" (no ") + site.peer_role + " attached)"));
+  };
   if (ready()) return Status::Ok();
-  const int64_t spin_until = MonotonicNanos() + opts.spin.count();
+  // A poll (deadline already passed) answers at once: no spin, no liveness check (a read of
+  // /proc). Stage loops poll their rings many times a millisecond; spinning here cost each poll
+  // 20 us of CPU.
+  if (deadline.Expired()) {
+    return timed_out(!ProcessIdentity::Unpack(site.peer->load(std::memory_order_acquire)).empty());
+  }
+  const int64_t spin_until =
+      MonotonicNanos() +
+      std::min<int64_t>(opts.spin.count(), std::chrono::nanoseconds(deadline.Remaining()).count());
   while (MonotonicNanos() < spin_until) {
     for (int i = 0; i < 64; ++i) CpuRelax();
     if (ready()) return Status::Ok();
@@ -51,12 +66,7 @@ Status WaitUntil(const Ready& ready, const WaitSite& site, const RingWaitOptions
                                                "waited for " +
                                                site.waiting_for);
     }
-    if (deadline.Expired()) {
-      return Status(StatusCode::kTimeout,
-                    std::string("timed out waiting for ") + site.waiting_for +
-                        (peer.empty() ? std::string(" (no ") + site.peer_role + " attached)"
-                                      : std::string()));
-    }
+    if (deadline.Expired()) return timed_out(!peer.empty());
     const uint32_t seen = site.signal->load(std::memory_order_acquire);
     site.waiting->store(1, std::memory_order_seq_cst);
     if (ready()) {
