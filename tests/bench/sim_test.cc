@@ -129,8 +129,8 @@ TEST(SimulatorTest, OneSequentialTenantTakesTheSumOfItsStagesAndPolls) {
   // Admission: the trainer's table poll (half of 10 ms) and the rollout's idle sync (half of
   // 2 ms); each step 5 passes of 10 ms and a 200 ms training step; after each step the idle
   // rollout sees the step within its look for one (half of 0.5 ms); the service's tick (half of
-  // 20 ms) at the end.
-  const double expected = 0.005 + 0.001 + 4 * (5 * 0.01 + 0.2) + 3 * 0.00025 + 0.01;
+  // 2 ms) at the end.
+  const double expected = 0.005 + 0.001 + 4 * (5 * 0.01 + 0.2) + 3 * 0.00025 + 0.001;
   EXPECT_NEAR(r->wall_s, expected, 1e-9);
   EXPECT_EQ(r->forward_passes, 4u * 5u);
   EXPECT_EQ(r->train_steps, 4u);
