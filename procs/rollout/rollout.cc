@@ -151,6 +151,7 @@ class Rollout {
   RingProducer out_;
   RingConsumer tool_results_;
   pipeline::TenantWatcher watcher_;
+  bool tenants_held_ = false;  // a tenant of the table is admitted but held (kAdmitted)
   uint32_t incarnation_;
   std::vector<int32_t> stops_;
   int32_t tool_end_ = -1;
@@ -203,8 +204,10 @@ void Rollout::SyncTenants() {
   store_.Sweep();
   const auto& watched = watcher_.Poll();
   std::map<int, bool> seen;
+  tenants_held_ = false;
   for (const pipeline::WatchedTenant& w : watched) {
     seen[w.row] = true;
+    tenants_held_ = tenants_held_ || w.record.state == TenantState::kAdmitted;
     auto it = tenants_.find(w.row);
     if (it == tenants_.end() || it->second->generation != w.record.generation) {
       if (w.record.state != TenantState::kRunning) continue;
@@ -277,6 +280,9 @@ void Rollout::StartGroups() {
     }
     if (!round_open && busy) return;
     if (!round_open) {
+      // Tenants admitted together (Service::AdmitTogether) are held until all of them are in the
+      // table: the round waits, so it takes all of them, not the first few.
+      if (tenants_held_) return;
       // A round takes every running tenant: wait until each has its first adapter.
       for (const RolloutTenant* t : order)
         if (!t->finished && !t->adapter) return;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <set>
 #include <thread>
 
 #include "base/deadline.h"
@@ -175,6 +176,38 @@ Status Service::WaitUntilReady(int timeout_ms) {
 }
 
 Status Service::Admit(const pb::JobSpec& given) {
+  return AdmitAs(given, TenantState::kRunning).status();
+}
+
+Status Service::AdmitTogether(const std::vector<pb::JobSpec>& given) {
+  std::set<std::string> ids;
+  for (const pb::JobSpec& g : given) {
+    pb::JobSpec spec = g;
+    ApplyJobSpecDefaults(&spec);
+    MARLAAS_RETURN_IF_ERROR(ValidateJobSpec(spec));
+    if (table_->Find(spec.tenant()).ok() || !ids.insert(spec.tenant()).second)
+      return Status(StatusCode::kAlreadyExists,
+                    "tenant '" + spec.tenant() + "' is already admitted");
+  }
+  std::vector<int> held;
+  Status st = Status::Ok();
+  for (const pb::JobSpec& g : given) {
+    Result<int> row = AdmitAs(g, TenantState::kAdmitted);
+    if (!row.ok()) {
+      st = row.status().Annotate("admitting tenant '" + g.tenant() + "'");
+      break;
+    }
+    held.push_back(*row);
+  }
+  for (int row : held) {
+    MARLAAS_ASSIGN_OR_RETURN(TenantRecord r, table_->Get(row));
+    r.state = TenantState::kRunning;
+    MARLAAS_RETURN_IF_ERROR(table_->Put(row, r));
+  }
+  return st;
+}
+
+Result<int> Service::AdmitAs(const pb::JobSpec& given, TenantState state) {
   pb::JobSpec spec = given;
   ApplyJobSpecDefaults(&spec);
   MARLAAS_RETURN_IF_ERROR(ValidateJobSpec(spec));
@@ -210,7 +243,7 @@ Status Service::Admit(const pb::JobSpec& given) {
   TenantRecord r{};
   MARLAAS_RETURN_IF_ERROR(CopyField(spec.tenant(), r.id, sizeof(r.id), "tenant id"));
   MARLAAS_RETURN_IF_ERROR(CopyField(spec.task(), r.task, sizeof(r.task), "task"));
-  r.state = TenantState::kRunning;
+  r.state = state;
   r.adapter_slot = row;
   r.max_staleness = spec.max_staleness();
   r.group_size = spec.group_size();
@@ -220,7 +253,7 @@ Status Service::Admit(const pb::JobSpec& given) {
   r.generation = old.generation + 1;
   MARLAAS_RETURN_IF_ERROR(table_->Put(row, r));
   estimates_[spec.tenant()] = need;
-  return Status::Ok();
+  return row;
 }
 
 Result<int> Service::PickRow() const {

@@ -62,6 +62,13 @@ class Service {
   // Validates the spec, writes <state>/tenants/<id>/job.json and makes the tenant running. A
   // tenant id that is already running is refused. Nothing changes when it fails.
   Status Admit(const pb::JobSpec& spec);
+  // Admits several tenants so that the stages see them start at one moment: every spec is
+  // checked first (nothing changes if one is refused), each is admitted held (kAdmitted: the
+  // trainer prepares its adapter, the rollout starts nothing for it), then all are made running.
+  // In lockstep the rollout starts no round while a tenant is held, so the first round has every
+  // one of them. A failure after the checks (disk, memory budget) leaves the ones before it
+  // running and names the one that failed.
+  Status AdmitTogether(const std::vector<pb::JobSpec>& specs);
   // Stops a running tenant for its owner: the rollout produces nothing more for it and the
   // trainer starts nothing new; its checkpoints stay. kNotFound / kFailedPrecondition otherwise.
   Status StopTenant(const std::string& tenant);
@@ -102,6 +109,8 @@ class Service {
   // A row for a new tenant: the first free one below max_tenants, else the row of the tenant
   // that settled longest ago. kResourceExhausted when max_tenants tenants are running.
   Result<int> PickRow() const;
+  // Admit in the given state (kRunning, or kAdmitted: held); returns the row.
+  Result<int> AdmitAs(const pb::JobSpec& spec, TenantState state);
   // Makes the tenant of `row` finished, stopped or failed: writes <tenant>/status.json (what
   // `status` shows once the row is reused), then <tenant>/state ("finished", "stopped: why",
   // "failed: why"), which a restarted service does not resume, then the row.

@@ -365,5 +365,29 @@ TEST_F(PipelineTest, InvalidJobSpecIsRefusedAndChangesNothing) {
   EXPECT_STREQ(service_->Tenants()[0].record.task, "arithmetic");
 }
 
+TEST_F(PipelineTest, AdmittingTogetherChecksEverySpecFirstThenRunsThemAll) {
+  StartService();
+  pb::JobSpec bad = SmallJob("b2", "arithmetic", 3, 1);
+  bad.mutable_lora()->set_rank(0);
+  // A refused spec anywhere in the list: nobody is admitted, no tenant directory is made.
+  Status st = service_->AdmitTogether({SmallJob("b1", "arithmetic", 3, 1), bad});
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  st = service_->AdmitTogether(
+      {SmallJob("d", "arithmetic", 3, 1), SmallJob("d", "countdown", 3, 2)});
+  EXPECT_EQ(st.code(), StatusCode::kAlreadyExists) << st.ToString();
+  EXPECT_TRUE(service_->Tenants().empty());
+  EXPECT_FALSE(fs::exists(TenantDir("b1")));
+  EXPECT_FALSE(fs::exists(TenantDir("d")));
+  // Accepted: every tenant is running when the call returns (none is left held).
+  ASSERT_TRUE(
+      service_
+          ->AdmitTogether({SmallJob("a1", "arithmetic", 3, 1), SmallJob("a2", "countdown", 3, 2),
+                           SmallJob("a3", "arithmetic", 3, 3)})
+          .ok());
+  ASSERT_EQ(service_->Tenants().size(), 3u);
+  for (const auto& v : service_->Tenants())
+    EXPECT_EQ(v.record.state, TenantState::kRunning) << v.record.id;
+}
+
 }  // namespace
 }  // namespace marlaas::testing
