@@ -182,12 +182,10 @@ Status Service::Admit(const pb::JobSpec& given) {
 Status Service::AdmitTogether(const std::vector<pb::JobSpec>& given) {
   std::set<std::string> ids;
   for (const pb::JobSpec& g : given) {
-    pb::JobSpec spec = g;
-    ApplyJobSpecDefaults(&spec);
-    MARLAAS_RETURN_IF_ERROR(ValidateJobSpec(spec));
-    if (table_->Find(spec.tenant()).ok() || !ids.insert(spec.tenant()).second)
+    MARLAAS_ASSIGN_OR_RETURN(pb::JobSpec spec, CheckAdmissible(g));
+    if (!ids.insert(spec.tenant()).second)
       return Status(StatusCode::kAlreadyExists,
-                    "tenant '" + spec.tenant() + "' is already admitted");
+                    "tenant '" + spec.tenant() + "' is in the list twice");
   }
   std::vector<int> held;
   Status st = Status::Ok();
@@ -207,12 +205,17 @@ Status Service::AdmitTogether(const std::vector<pb::JobSpec>& given) {
   return st;
 }
 
-Result<int> Service::AdmitAs(const pb::JobSpec& given, TenantState state) {
+Result<pb::JobSpec> Service::CheckAdmissible(const pb::JobSpec& given) const {
   pb::JobSpec spec = given;
   ApplyJobSpecDefaults(&spec);
   MARLAAS_RETURN_IF_ERROR(ValidateJobSpec(spec));
   if (table_->Find(spec.tenant()).ok())
     return Status(StatusCode::kAlreadyExists, "tenant '" + spec.tenant() + "' is already admitted");
+  return spec;
+}
+
+Result<int> Service::AdmitAs(const pb::JobSpec& given, TenantState state) {
+  MARLAAS_ASSIGN_OR_RETURN(const pb::JobSpec spec, CheckAdmissible(given));
   MARLAAS_ASSIGN_OR_RETURN(int row, PickRow());
   MARLAAS_ASSIGN_OR_RETURN(const uint64_t need,
                            EstimateTenantBytes(spec, options_.stage.model_dir));

@@ -109,6 +109,8 @@ class Service {
   // A row for a new tenant: the first free one below max_tenants, else the row of the tenant
   // that settled longest ago. kResourceExhausted when max_tenants tenants are running.
   Result<int> PickRow() const;
+  // The spec with its defaults applied, if it is valid and its tenant is not admitted already.
+  Result<pb::JobSpec> CheckAdmissible(const pb::JobSpec& spec) const;
   // Admit in the given state (kRunning, or kAdmitted: held); returns the row.
   Result<int> AdmitAs(const pb::JobSpec& spec, TenantState state);
   // Makes the tenant of `row` finished, stopped or failed: writes <tenant>/status.json (what
