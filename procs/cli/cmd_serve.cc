@@ -11,6 +11,7 @@
 #include "procs/cli/base_model.h"
 #include "procs/cli/cli.h"
 #include "procs/cli/run_jobs.h"
+#include "procs/common/pipeline.h"
 #include "proto/job_spec.h"
 #include "shm/tenant_table.h"
 
@@ -38,7 +39,7 @@ int RunServe(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "marlaas serve: --device: %s\n", st.message().c_str());
     return 2;
   }
-  long long threads = 1, workers = 2, port = -1, budget_mb = 0, max_tenants = 64;
+  long long threads = 1, workers = 2, port = -1, budget_mb = 0, max_tenants = 64, replicas = 1;
   double timeout_s = 3600;
   const bool numbers_ok =
       TakeInteger(&args, "serve", "--threads", 1, 256, &threads) &&
@@ -46,7 +47,9 @@ int RunServe(const std::vector<std::string>& argv) {
       TakeNumber(&args, "serve", "--timeout-s", 1, 1e9, &timeout_s) &&
       TakeInteger(&args, "serve", "--metrics-port", 0, 65535, &port) &&
       TakeInteger(&args, "serve", "--memory-budget-mb", 1, 1LL << 30, &budget_mb) &&
-      TakeInteger(&args, "serve", "--max-tenants", 1, kMaxTenants, &max_tenants);
+      TakeInteger(&args, "serve", "--max-tenants", 1, kMaxTenants, &max_tenants) &&
+      TakeInteger(&args, "serve", "--rollout-replicas", 1, pipeline::kMaxRolloutReplicas,
+                  &replicas);
   if (!numbers_ok) return 2;
   o.service.stage.allow_weak_sandbox = TakeSwitch(&args, "--allow-weak-sandbox");
   o.quiet = TakeSwitch(&args, "--quiet");
@@ -61,6 +64,7 @@ int RunServe(const std::vector<std::string>& argv) {
   o.until_stopped = o.jobs.empty();
   o.service.stage.threads = int(threads);
   o.service.stage.verifier_workers = int(workers);
+  o.service.stage.rollout_replicas = int(replicas);
   o.timeout_s = timeout_s;
   if (o.service.stage.model_dir.empty()) {
     auto dir = EnsureTinyBase(o.service.stage.state_dir, nullptr, nullptr);

@@ -38,6 +38,16 @@ RingOptions PipelineRingOptions() {
   return o;
 }
 
+namespace {
+std::string WithReplica(const char* name, int replica) {
+  return replica == 0 ? std::string(name) : std::string(name) + "." + std::to_string(replica);
+}
+}  // namespace
+
+std::string TrajRingName(int replica) { return WithReplica(kTrajRing, replica); }
+std::string ToolRingName(int replica) { return WithReplica(kToolRing, replica); }
+std::string RolloutName(int replica) { return WithReplica(kRolloutRole, replica); }
+
 Result<StageArgs> ParseStageArgs(const std::vector<std::string>& argv) {
   StageArgs a;
   for (size_t i = 0; i < argv.size(); ++i) {
@@ -77,6 +87,16 @@ Result<StageArgs> ParseStageArgs(const std::vector<std::string>& argv) {
     } else if (f == "--device") {
       MARLAAS_RETURN_IF_ERROR(value(&a.device));
       MARLAAS_RETURN_IF_ERROR(ParseDeviceName(a.device).status());
+    } else if (f == "--rollout-replicas") {
+      MARLAAS_RETURN_IF_ERROR(value(&v));
+      if (!ParseIntIn(v, 1, kMaxRolloutReplicas, &a.rollout_replicas))
+        return Status(StatusCode::kInvalidArgument,
+                      "--rollout-replicas takes 1 to " + std::to_string(kMaxRolloutReplicas));
+    } else if (f == "--replica") {
+      MARLAAS_RETURN_IF_ERROR(value(&v));
+      if (!ParseIntIn(v, 0, kMaxRolloutReplicas - 1, &a.replica))
+        return Status(StatusCode::kInvalidArgument,
+                      "--replica takes 0 to " + std::to_string(kMaxRolloutReplicas - 1));
     } else {
       return Status(StatusCode::kInvalidArgument, "unexpected argument '" + f + "'");
     }
@@ -84,6 +104,11 @@ Result<StageArgs> ParseStageArgs(const std::vector<std::string>& argv) {
   if (a.instance.empty() || a.state_dir.empty() || a.model_dir.empty()) {
     return Status(StatusCode::kInvalidArgument,
                   "every stage needs --instance, --state-dir and --model-dir");
+  }
+  if (a.replica >= a.rollout_replicas) {
+    return Status(StatusCode::kInvalidArgument, "--replica " + std::to_string(a.replica) +
+                                                    " is not below --rollout-replicas " +
+                                                    std::to_string(a.rollout_replicas));
   }
   return a;
 }
@@ -110,6 +135,14 @@ std::vector<std::string> StageArgv(const StageArgs& a) {
   if (a.device != "cpu") {
     v.push_back("--device");
     v.push_back(a.device);
+  }
+  if (a.rollout_replicas > 1) {
+    v.push_back("--rollout-replicas");
+    v.push_back(std::to_string(a.rollout_replicas));
+  }
+  if (a.replica > 0) {
+    v.push_back("--replica");
+    v.push_back(std::to_string(a.replica));
   }
   return v;
 }

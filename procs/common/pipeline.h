@@ -31,6 +31,16 @@ inline constexpr char kToolRing[] = "ring.tools";     // verifier -> rollout: to
 inline constexpr char kScoredRing[] = "ring.scored";  // verifier -> trainer: scored groups
 RingOptions PipelineRingOptions();
 
+// Rollout replicas (DESIGN.md §2: one ring pair per rollout process). Replica 0 uses the names
+// above; replica r > 0 appends ".r" ("ring.traj.1", "ring.tools.1", metrics "rollout.1"). The
+// tenant of table row `row` is served by replica row % replicas: fixed for the row's life, so a
+// restarted replica, the verifier and the trainer agree on it without asking anyone.
+inline constexpr int kMaxRolloutReplicas = 16;
+std::string TrajRingName(int replica);
+std::string ToolRingName(int replica);
+std::string RolloutName(int replica);  // the replica's metrics role and log name
+inline int ReplicaOfRow(int row, int replicas) { return replicas <= 1 ? 0 : row % replicas; }
+
 // Metrics segment roles.
 inline constexpr char kRolloutRole[] = "rollout";
 inline constexpr char kVerifierRole[] = "verifier";
@@ -39,6 +49,7 @@ inline constexpr char kTrainerRole[] = "trainer";
 // The command line of every stage process:
 //   --instance ID --state-dir DIR --model-dir DIR [--threads N] [--verifier-workers N]
 //   [--prepared-sandboxes N] [--allow-weak-sandbox] [--device cpu|cuda|cuda:N]
+//   [--rollout-replicas N] [--replica R]
 struct StageArgs {
   std::string instance;
   std::string state_dir;
@@ -63,6 +74,10 @@ struct StageArgs {
   // Where the rollout and the trainer run the model (model/device.h): "cpu", "cuda" (the first
   // GPU the stage sees: CUDA_VISIBLE_DEVICES, procs/serve/stage_gpus.h) or "cuda:N".
   std::string device = "cpu";
+  // Rollout processes in the service (every stage knows: the verifier reads each one's ring, the
+  // trainer each one's prompt cursors) and which of them this one is (rollout only; 0 elsewhere).
+  int rollout_replicas = 1;
+  int replica = 0;
 };
 Result<StageArgs> ParseStageArgs(const std::vector<std::string>& argv);
 std::vector<std::string> StageArgv(const StageArgs& args);

@@ -206,8 +206,10 @@ void Rollout::SyncTenants() {
   std::map<int, bool> seen;
   tenants_held_ = false;
   for (const pipeline::WatchedTenant& w : watched) {
-    seen[w.row] = true;
     tenants_held_ = tenants_held_ || w.record.state == TenantState::kAdmitted;
+    // Another replica's tenant (pipeline::ReplicaOfRow).
+    if (pipeline::ReplicaOfRow(w.row, args_.rollout_replicas) != args_.replica) continue;
+    seen[w.row] = true;
     auto it = tenants_.find(w.row);
     if (it == tenants_.end() || it->second->generation != w.record.generation) {
       if (w.record.state != TenantState::kRunning) continue;
@@ -606,14 +608,17 @@ Status RunRollout(const pipeline::StageArgs& args) {
                            model::Tokenizer::Load(args.model_dir + "/tokenizer.json"));
   MARLAAS_ASSIGN_OR_RETURN(TenantTable table, TenantTable::Attach(args.instance));
   MARLAAS_ASSIGN_OR_RETURN(AdapterStore store, pipeline::AttachStageAdapterStore(args.instance));
-  MARLAAS_ASSIGN_OR_RETURN(MetricsSegment metrics,
-                           MetricsSegment::Attach(args.instance, pipeline::kRolloutRole));
+  MARLAAS_ASSIGN_OR_RETURN(
+      MetricsSegment metrics,
+      MetricsSegment::Attach(args.instance, pipeline::RolloutName(args.replica)));
   MARLAAS_ASSIGN_OR_RETURN(MetricsSegment trainer_metrics,
                            MetricsSegment::Attach(args.instance, pipeline::kTrainerRole));
-  MARLAAS_ASSIGN_OR_RETURN(RingProducer out,
-                           RingProducer::Attach({args.instance, pipeline::kTrajRing}));
-  MARLAAS_ASSIGN_OR_RETURN(RingConsumer tool_results,
-                           RingConsumer::Attach({args.instance, pipeline::kToolRing}));
+  MARLAAS_ASSIGN_OR_RETURN(
+      RingProducer out,
+      RingProducer::Attach({args.instance, pipeline::TrajRingName(args.replica)}));
+  MARLAAS_ASSIGN_OR_RETURN(
+      RingConsumer tool_results,
+      RingConsumer::Attach({args.instance, pipeline::ToolRingName(args.replica)}));
   Rollout r(args, std::move(base), std::move(tok), std::move(table), std::move(store),
             std::move(metrics), std::move(trainer_metrics), std::move(out),
             std::move(tool_results));

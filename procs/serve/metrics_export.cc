@@ -93,7 +93,7 @@ std::string PrometheusText(const Service& service, const Monitor& monitor) {
   }
   metric("marlaas_engine_restarts", "times the stage process was restarted", "counter");
   for (const StageView& s : service.Stages()) {
-    std::snprintf(line, sizeof(line), "marlaas_engine_restarts{engine=\"%s\"} %d\n", s.role.c_str(),
+    std::snprintf(line, sizeof(line), "marlaas_engine_restarts{engine=\"%s\"} %d\n", s.name.c_str(),
                   s.restarts);
     out += line;
   }

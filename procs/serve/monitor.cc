@@ -15,8 +15,10 @@ void Monitor::Sample(const Service& service) {
   const double dt = double(now - last_sample_ns_) / 1e9;
   UtilSample u;
   u.t_s = double(now - start_ns_) / 1e9;
+  std::map<std::string, std::pair<double, int>> frac_sum;  // role -> (sum, stages)
   for (const StageView& st : service.Stages()) {
-    Busy& b = busy_[st.role];
+    Busy& b = busy_[st.name];
+    b.role = st.role;
     double delta = 0;
     if (st.engine.started_mono_ns != b.last_started) {  // a new process: its counter restarted
       delta = double(st.engine.busy_ns) / 1e9;
@@ -26,11 +28,17 @@ void Monitor::Sample(const Service& service) {
     }
     b.last_busy = st.engine.busy_ns;
     b.total_s += delta;
-    const double frac = dt > 0 ? std::min(1.0, delta / dt) : 0;
-    if (st.role == "rollout") u.rollout = frac;
-    if (st.role == "trainer") u.trainer = frac;
-    if (st.role == "verifier") u.verifier = frac;
+    auto& [sum, n] = frac_sum[st.role];
+    sum += dt > 0 ? std::min(1.0, delta / dt) : 0;
+    ++n;
   }
+  auto mean = [&](const char* role) {
+    auto it = frac_sum.find(role);
+    return it == frac_sum.end() ? 0.0 : it->second.first / it->second.second;
+  };
+  u.rollout = mean("rollout");
+  u.trainer = mean("trainer");
+  u.verifier = mean("verifier");
   last_sample_ns_ = now;
   timeline_.push_back(u);
   for (const TenantView& t : service.Tenants())
@@ -39,9 +47,15 @@ void Monitor::Sample(const Service& service) {
 }
 
 double Monitor::Utilization(const std::string& role) const {
-  auto it = busy_.find(role);
   const double wall = wall_s();
-  return it == busy_.end() || wall <= 0 ? 0 : std::min(1.0, it->second.total_s / wall);
+  double sum = 0;
+  int n = 0;
+  for (const auto& [name, b] : busy_) {
+    if (b.role != role) continue;
+    sum += std::min(1.0, b.total_s / std::max(wall, 1e-9));
+    ++n;
+  }
+  return n == 0 || wall <= 0 ? 0 : sum / n;
 }
 
 std::string Monitor::Table(const Service& service) const {

@@ -27,8 +27,6 @@ namespace marlaas::serve {
 namespace {
 
 namespace fs = std::filesystem;
-const char* const kRoles[] = {pipeline::kRolloutRole, pipeline::kVerifierRole,
-                              pipeline::kTrainerRole};
 
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -54,6 +52,13 @@ Result<std::unique_ptr<Service>> Service::Start(const ServiceOptions& options) {
     return Status(StatusCode::kInvalidArgument,
                   "max tenants " + std::to_string(options.max_tenants) + " is out of range [1, " +
                       std::to_string(kMaxTenants) + "]");
+  }
+  if (options.stage.rollout_replicas < 1 ||
+      options.stage.rollout_replicas > pipeline::kMaxRolloutReplicas) {
+    return Status(StatusCode::kInvalidArgument,
+                  "rollout replicas " + std::to_string(options.stage.rollout_replicas) +
+                      " is out of range [1, " + std::to_string(pipeline::kMaxRolloutReplicas) +
+                      "]");
   }
   std::unique_ptr<Service> s(new Service(options));
   if (s->options_.bin_dir.empty()) s->options_.bin_dir = SelfDir();
@@ -88,27 +93,37 @@ Result<std::unique_ptr<Service>> Service::Start(const ServiceOptions& options) {
   if (options.stage.device != "cpu") {
     // On GPUs: device buffers handed over by CUDA IPC when the trainer and the rollout share
     // a GPU; host buffers (a device-to-host and a host-to-device copy) when they do not.
-    MARLAAS_ASSIGN_OR_RETURN(bool shared_gpu, TrainerAndRolloutShareGpus());
+    MARLAAS_ASSIGN_OR_RETURN(bool shared_gpu,
+                             TrainerAndRolloutShareGpus(options.stage.rollout_replicas));
     if (shared_gpu) so.backend = AdapterBackend::kCudaIpc;
   }
   MARLAAS_ASSIGN_OR_RETURN(AdapterStore store, AdapterStore::Create(instance, so));
   s->held_->store.emplace(std::move(store));
   s->segments_.push_back("adapters");
-  for (const char* role : kRoles) {
-    MARLAAS_ASSIGN_OR_RETURN(MetricsSegment m, MetricsSegment::Create(instance, role));
+  const int replicas = options.stage.rollout_replicas;
+  for (int r = 0; r < replicas; ++r)
+    s->stages_.push_back(Stage{pipeline::kRolloutRole, pipeline::RolloutName(r), r});
+  s->verifier_index_ = s->stages_.size();
+  s->stages_.push_back(Stage{pipeline::kVerifierRole, pipeline::kVerifierRole});
+  s->trainer_index_ = s->stages_.size();
+  s->stages_.push_back(Stage{pipeline::kTrainerRole, pipeline::kTrainerRole});
+  for (const Stage& st : s->stages_) {
+    MARLAAS_ASSIGN_OR_RETURN(MetricsSegment m, MetricsSegment::Create(instance, st.name));
     s->metrics_.push_back(std::move(m));
-    s->segments_.push_back(std::string("metrics.") + role);
+    s->segments_.push_back("metrics." + st.name);
   }
-  for (const char* ring : {pipeline::kTrajRing, pipeline::kToolRing, pipeline::kScoredRing}) {
+  std::vector<std::string> rings = {pipeline::kScoredRing};
+  for (int r = 0; r < replicas; ++r) {
+    rings.push_back(pipeline::TrajRingName(r));
+    rings.push_back(pipeline::ToolRingName(r));
+  }
+  for (const std::string& ring : rings) {
     MARLAAS_ASSIGN_OR_RETURN(Segment seg,
                              CreateRing({instance, ring}, pipeline::PipelineRingOptions()));
     s->held_->rings.push_back(std::move(seg));
     s->segments_.push_back(ring);
   }
-  for (const char* role : kRoles) {
-    s->stages_.push_back(Stage{role});
-    MARLAAS_RETURN_IF_ERROR(s->Spawn(&s->stages_.back()));
-  }
+  for (Stage& st : s->stages_) MARLAAS_RETURN_IF_ERROR(s->Spawn(&st));
   return s;
 }
 
@@ -118,10 +133,16 @@ Status Service::Spawn(Stage* stage) {
   const std::string exe = options_.bin_dir + "/marlaas-" + stage->role;
   if (access(exe.c_str(), X_OK) != 0)
     return Status(StatusCode::kNotFound, exe + " is missing (build it: launch/marlaas --help)");
+  pipeline::StageArgs args = options_.stage;
+  args.replica = stage->replica;
   std::vector<std::string> argv = {exe};
-  for (const std::string& a : pipeline::StageArgv(options_.stage)) argv.push_back(a);
-  const std::string log = options_.stage.state_dir + "/logs/" + stage->role + ".log";
-  MARLAAS_ASSIGN_OR_RETURN(const std::optional<std::string> gpus, StageVisibleDevices(stage->role));
+  for (const std::string& a : pipeline::StageArgv(args)) argv.push_back(a);
+  const std::string log = options_.stage.state_dir + "/logs/" + stage->name + ".log";
+  MARLAAS_ASSIGN_OR_RETURN(
+      const std::optional<std::string> gpus,
+      stage->role == pipeline::kRolloutRole
+          ? ReplicaVisibleDevices(stage->replica, options_.stage.rollout_replicas)
+          : StageVisibleDevices(stage->role));
   const pid_t parent = getpid();
   const int64_t spawned = MonotonicNanos();
   const pid_t pid = fork();
@@ -167,7 +188,7 @@ Status Service::WaitUntilReady(int timeout_ms) {
   for (size_t i = 0; i < stages_.size(); ++i) {
     auto e = metrics_[i].LoadEngine();
     if (stages_[i].pid > 0 && e.ok() && e->started_mono_ns >= stages_[i].spawned_mono_ns) continue;
-    late += (late.empty() ? "" : ", ") + stages_[i].role + " (restarted " +
+    late += (late.empty() ? "" : ", ") + stages_[i].name + " (restarted " +
             std::to_string(stages_[i].restarts) + " times)";
   }
   return Status(StatusCode::kTimeout, "stages not ready after " + std::to_string(timeout_ms) +
@@ -318,7 +339,7 @@ void Service::Tick() {
     if (st.pid > 0) {
       int status = 0;
       if (waitpid(st.pid, &status, WNOHANG) == st.pid) {
-        std::fprintf(stderr, "[serve] %s (pid %d) %s %d; restarting\n", st.role.c_str(),
+        std::fprintf(stderr, "[serve] %s (pid %d) %s %d; restarting\n", st.name.c_str(),
                      int(st.pid), WIFSIGNALED(status) ? "was killed by signal" : "exited with",
                      WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
         st.pid = 0;
@@ -332,7 +353,7 @@ void Service::Tick() {
       if (now - st.died_at < delay) continue;
       Status s = Spawn(&st);
       if (!s.ok()) {
-        std::fprintf(stderr, "[serve] cannot restart %s: %s\n", st.role.c_str(),
+        std::fprintf(stderr, "[serve] cannot restart %s: %s\n", st.name.c_str(),
                      s.ToString().c_str());
         st.died_at = now;
         continue;
@@ -350,8 +371,8 @@ void Service::Tick() {
   };
   for (auto& [row, rec] : table_->Snapshot()) {
     if (rec.state != TenantState::kRunning) continue;
-    auto vm = metrics_[1].LoadTenant(row);
-    auto tm = metrics_[2].LoadTenant(row);
+    auto vm = metrics_[verifier_index_].LoadTenant(row);
+    auto tm = metrics_[trainer_index_].LoadTenant(row);
     const bool v_ok = vm.ok() && vm->generation == rec.generation;
     const bool t_ok = tm.ok() && tm->generation == rec.generation;
     if (v_ok && vm->verifier_errors >= kFailAfterVerifierErrors &&
@@ -375,10 +396,12 @@ TenantView Service::ViewOf(int row, const TenantRecord& rec) const {
   TenantView v;
   v.row = row;
   v.record = rec;
-  TenantMetrics* dst[] = {&v.rollout, &v.verifier, &v.trainer};
-  for (int i = 0; i < 3; ++i) {
-    auto m = metrics_[size_t(i)].LoadTenant(row);
-    if (m.ok() && m->generation == rec.generation) *dst[i] = *m;
+  const size_t replica = size_t(pipeline::ReplicaOfRow(row, options_.stage.rollout_replicas));
+  const std::pair<size_t, TenantMetrics*> from[] = {
+      {replica, &v.rollout}, {verifier_index_, &v.verifier}, {trainer_index_, &v.trainer}};
+  for (const auto& [index, dst] : from) {
+    auto m = metrics_[index].LoadTenant(row);
+    if (m.ok() && m->generation == rec.generation) *dst = *m;
   }
   return v;
 }
@@ -394,6 +417,7 @@ std::vector<StageView> Service::Stages() const {
   for (size_t i = 0; i < stages_.size(); ++i) {
     StageView v;
     v.role = stages_[i].role;
+    v.name = stages_[i].name;
     v.pid = stages_[i].pid;
     v.restarts = stages_[i].restarts;
     auto e = metrics_[i].LoadEngine();
@@ -403,9 +427,9 @@ std::vector<StageView> Service::Stages() const {
   return out;
 }
 
-pid_t Service::StagePid(const std::string& role) const {
+pid_t Service::StagePid(const std::string& name) const {
   for (const Stage& s : stages_)
-    if (s.role == role) return s.pid;
+    if (s.name == name) return s.pid;
   return 0;
 }
 

@@ -1,13 +1,14 @@
 // Service: the supervisor (DESIGN.md §1, "serve"). It creates the instance's shared segments
-// (tenant table, adapter store, metrics, the three rings), spawns the rollout, verifier and
-// trainer processes, restarts any that exits within a second (a stage that keeps crashing is
-// restarted with a growing delay, capped at 1 s), admits tenants from job specs, marks them
-// finished when the trainer reports max_steps (or failed when their verifier keeps failing), and
-// removes the segments when it stops.
-// One service per state dir: Start() takes <state>/service.lock, which the stage processes
-// inherit, so a restarted service waits until the dead one's stages are gone too. A tenant's
-// final state (finished, stopped, failed and why) is kept in <state>/tenants/<id>/state.
-// A Service object is driven by one thread: call Tick() often (every ~50 ms).
+// (tenant table, adapter store, metrics, the rings: a trajectory and a tool ring per rollout
+// replica, one scored ring), spawns the rollout replicas (options.stage.rollout_replicas), the
+// verifier and the trainer processes, restarts any that exits within a second (a stage that keeps
+// crashing is restarted with a growing delay, capped at 1 s), admits tenants from job specs, marks
+// them finished when the trainer reports max_steps (or failed when their verifier keeps failing),
+// and removes the segments when it stops. One service per state dir: Start() takes
+// <state>/service.lock, which the stage processes inherit, so a restarted service waits until the
+// dead one's stages are gone too. A tenant's final state (finished, stopped, failed and why) is
+// kept in <state>/tenants/<id>/state. A Service object is driven by one thread: call Tick() often
+// (every ~50 ms).
 #pragma once
 
 #include <sys/types.h>
@@ -44,7 +45,8 @@ struct TenantView {
 };
 
 struct StageView {
-  std::string role;
+  std::string role;  // rollout, verifier, trainer
+  std::string name;  // the role, or "rollout.R" for rollout replica R > 0 (its metrics and log)
   pid_t pid = 0;
   int restarts = 0;
   EngineMetrics engine{};
@@ -90,7 +92,8 @@ class Service {
   bool AllDone() const;
   std::vector<TenantView> Tenants() const;
   std::vector<StageView> Stages() const;
-  pid_t StagePid(const std::string& role) const;
+  // The pid of the stage named `name` (StageView::name: "rollout" is replica 0), or 0.
+  pid_t StagePid(const std::string& name) const;
   // SIGTERM to the stages, then SIGKILL after `grace_ms`; removes the segments.
   void Stop(int grace_ms = 3000);
   const ServiceOptions& options() const { return options_; }
@@ -98,6 +101,8 @@ class Service {
  private:
   struct Stage {
     std::string role;
+    std::string name;  // StageView::name
+    int replica = 0;   // rollout only
     pid_t pid = 0;
     int restarts = 0;
     int64_t died_at = 0;
@@ -121,8 +126,9 @@ class Service {
 
   ServiceOptions options_;
   std::optional<TenantTable> table_;
-  std::vector<MetricsSegment> metrics_;  // rollout, verifier, trainer
-  std::vector<std::string> segments_;    // names to remove at Stop
+  std::vector<MetricsSegment> metrics_;            // one per stage, in the order of stages_
+  size_t verifier_index_ = 0, trainer_index_ = 0;  // in stages_ (the rollout replicas first)
+  std::vector<std::string> segments_;              // names to remove at Stop
   std::vector<Stage> stages_;
   bool stopped_ = false;
   int lock_fd_ = -1;  // <state>/service.lock, held (and inherited by the stages) while we run

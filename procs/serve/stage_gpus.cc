@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <sstream>
+#include <vector>
 
 namespace marlaas::serve {
 namespace {
@@ -48,10 +49,24 @@ Result<std::optional<std::string>> StageVisibleDevices(const std::string& role) 
   return std::optional<std::string>(v);
 }
 
-Result<bool> TrainerAndRolloutShareGpus() {
+Result<std::optional<std::string>> ReplicaVisibleDevices(int replica, int replicas) {
+  MARLAAS_ASSIGN_OR_RETURN(std::optional<std::string> all, StageVisibleDevices("rollout"));
+  if (replicas <= 1 || !all || all->empty()) return all;
+  std::vector<std::string> gpus;
+  std::istringstream in(*all);
+  for (std::string d; std::getline(in, d, ',');) gpus.push_back(d);
+  return std::optional<std::string>(gpus[size_t(replica) % gpus.size()]);
+}
+
+Result<bool> TrainerAndRolloutShareGpus(int replicas) {
   MARLAAS_ASSIGN_OR_RETURN(std::optional<std::string> trainer, StageVisibleDevices("trainer"));
-  MARLAAS_ASSIGN_OR_RETURN(std::optional<std::string> rollout, StageVisibleDevices("rollout"));
-  return trainer == rollout && (!trainer || !trainer->empty());
+  if (trainer && trainer->empty()) return false;
+  for (int r = 0; r < replicas; ++r) {
+    MARLAAS_ASSIGN_OR_RETURN(std::optional<std::string> rollout,
+                             ReplicaVisibleDevices(r, replicas));
+    if (rollout != trainer) return false;
+  }
+  return true;
 }
 
 }  // namespace marlaas::serve

@@ -17,8 +17,14 @@ std::string StageGpusVariable(const std::string& role);
 // The CUDA_VISIBLE_DEVICES value for a `role` stage, or nullopt to inherit. kInvalidArgument,
 // naming the variable, for a value that is not a comma-separated list of indices or GPU UUIDs.
 Result<std::optional<std::string>> StageVisibleDevices(const std::string& role);
-// Whether the trainer and the rollout see the same GPUs (both inherit, or both are given the
-// same list): then adapters cross between them by CUDA IPC instead of through host memory.
-Result<bool> TrainerAndRolloutShareGpus();
+// The CUDA_VISIBLE_DEVICES value for rollout replica `replica` of `replicas`: with one replica,
+// the rollout's (StageVisibleDevices); with several and MARLAAS_ROLLOUT_GPUS listing k GPUs,
+// replica r sees the list's GPU r % k alone (more replicas than GPUs share them); nullopt (no
+// list): inherit serve's.
+Result<std::optional<std::string>> ReplicaVisibleDevices(int replica, int replicas);
+// Whether the trainer and every one of the `replicas` rollout replicas see the same GPUs (all
+// inherit, or all are given the same list): then adapters cross between them by CUDA IPC
+// instead of through host memory.
+Result<bool> TrainerAndRolloutShareGpus(int replicas = 1);
 
 }  // namespace marlaas::serve

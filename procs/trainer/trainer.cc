@@ -69,7 +69,7 @@ class Trainer {
  public:
   Trainer(const pipeline::StageArgs& args, std::shared_ptr<const model::BaseWeights> base,
           TenantTable table, AdapterStore store, MetricsSegment metrics,
-          MetricsSegment rollout_metrics, RingConsumer input)
+          std::vector<MetricsSegment> rollout_metrics, RingConsumer input)
       : args_(args),
         base_(std::move(base)),
         model_(base_),
@@ -113,7 +113,8 @@ class Trainer {
   TenantTable table_;
   AdapterStore store_;
   MetricsSegment metrics_;
-  MetricsSegment rollout_metrics_;  // read only: each tenant's rollout prompt cursor
+  // Read only, one per rollout replica: each tenant's prompt cursor, at the replica serving it.
+  std::vector<MetricsSegment> rollout_metrics_;
   RingConsumer input_;
   pipeline::TenantWatcher watcher_;
   std::map<int, std::unique_ptr<TrainTenant>> tenants_;  // by table row
@@ -370,7 +371,8 @@ bool Trainer::TrainReady(bool under_pressure) {
       const TrainTenant* t = tp.get();
       const bool idle = MonotonicNanos() - t->last_arrival_ns > kPartialStepAfterNs;
       if (t->finished || idle || t->ready.size() >= t->spec.prompts_per_step()) continue;
-      auto rm = rollout_metrics_.LoadTenant(t->row);
+      auto rm = rollout_metrics_[size_t(pipeline::ReplicaOfRow(t->row, args_.rollout_replicas))]
+                    .LoadTenant(t->row);
       const uint64_t started = rm.ok() && rm->generation == t->generation ? rm->cursor : 0;
       if (started > t->retired_total + t->ready.size()) return false;
     }
@@ -700,8 +702,12 @@ Status RunTrainer(const pipeline::StageArgs& args) {
                            MetricsSegment::Attach(args.instance, pipeline::kTrainerRole));
   MARLAAS_ASSIGN_OR_RETURN(RingConsumer input,
                            RingConsumer::Attach({args.instance, pipeline::kScoredRing}));
-  MARLAAS_ASSIGN_OR_RETURN(MetricsSegment rollout_metrics,
-                           MetricsSegment::Attach(args.instance, pipeline::kRolloutRole));
+  std::vector<MetricsSegment> rollout_metrics;
+  for (int r = 0; r < args.rollout_replicas; ++r) {
+    MARLAAS_ASSIGN_OR_RETURN(MetricsSegment m,
+                             MetricsSegment::Attach(args.instance, pipeline::RolloutName(r)));
+    rollout_metrics.push_back(std::move(m));
+  }
   Trainer stage(args, std::move(base), std::move(table), std::move(store), std::move(metrics),
                 std::move(rollout_metrics), std::move(input));
   const int64_t warm0 = MonotonicNanos();

@@ -48,6 +48,15 @@ struct Slot {
   int64_t ready_ns = 0;  // --env-latency-ms: not returned before this (monotonic)
 };
 
+// One rollout replica's side: its ring in, its tool results out, and the records taken from its
+// ring and not yet acknowledged (in ring order).
+struct Input {
+  std::string name;  // the ring's, for errors
+  RingConsumer ring;
+  RingProducer tools;
+  std::deque<Slot> window;
+};
+
 // Worker threads; at most `cap` jobs of one tenant run at once.
 class Pool {
  public:
@@ -186,13 +195,12 @@ void Pool::Work() {
 class Verifier {
  public:
   Verifier(const pipeline::StageArgs& args, TenantTable table, MetricsSegment metrics,
-           RingConsumer input, RingProducer scored, RingProducer tools, std::string refuse)
+           std::vector<Input> inputs, RingProducer scored, std::string refuse)
       : args_(args),
         table_(std::move(table)),
         metrics_(std::move(metrics)),
-        input_(std::move(input)),
+        inputs_(std::move(inputs)),
         scored_(std::move(scored)),
-        tools_(std::move(tools)),
         watcher_(&table_, args.state_dir, kRole),
         refuse_(std::move(refuse)),
         pool_(args.verifier_workers, std::max(1, args.verifier_workers - 1)) {}
@@ -200,17 +208,21 @@ class Verifier {
   Status Run();
 
  private:
-  std::shared_ptr<Job> MakeJob(const RecordView& view);
-  void Finish(Slot* slot);
+  std::shared_ptr<Job> MakeJob(const RecordView& view, const std::string& ring);
+  // Takes records from `in` while its window has room; waits up to `wait_ms` for the first.
+  void Fill(Input* in, int64_t wait_ms);
+  // Commits what finished (each tenant's in ring order) and acknowledges the finished prefix;
+  // returns whether it acknowledged anything.
+  bool Commit(Input* in);
+  void Finish(Slot* slot, RingProducer* tools);
   // The counters of the tenant of `row` in `generation`, or null for a replaced generation.
   TenantMetrics* MetricsOf(int row, uint64_t generation);
 
   pipeline::StageArgs args_;
   TenantTable table_;
   MetricsSegment metrics_;
-  RingConsumer input_;
+  std::vector<Input> inputs_;  // one per rollout replica
   RingProducer scored_;
-  RingProducer tools_;
   pipeline::TenantWatcher watcher_;
   std::string refuse_;
   std::map<std::pair<std::string, uint64_t>, std::shared_ptr<const pipeline::TaskSource>> sources_;
@@ -234,18 +246,18 @@ TenantMetrics* Verifier::MetricsOf(int row, uint64_t generation) {
   return &m;
 }
 
-std::shared_ptr<Job> Verifier::MakeJob(const RecordView& view) {
+std::shared_ptr<Job> Verifier::MakeJob(const RecordView& view, const std::string& ring) {
   auto job = std::make_shared<Job>();
   job->type = view.type;
   Status st;
   std::string tenant;
   uint64_t generation = 0;
   if (view.type == pipeline::kGroupRecord) {
-    st = pipeline::ParseRecord(view, &job->group, pipeline::kTrajRing);
+    st = pipeline::ParseRecord(view, &job->group, ring);
     tenant = job->group.tenant();
     generation = job->group.tenant_generation();
   } else if (view.type == pipeline::kToolCallRecord) {
-    st = pipeline::ParseRecord(view, &job->call, pipeline::kTrajRing);
+    st = pipeline::ParseRecord(view, &job->call, ring);
     tenant = job->call.tenant();
   } else {
     st = Status(StatusCode::kCorrupt, "unexpected record type " + std::to_string(view.type));
@@ -288,11 +300,11 @@ std::shared_ptr<Job> Verifier::MakeJob(const RecordView& view) {
   return job;
 }
 
-void Verifier::Finish(Slot* slot) {
+void Verifier::Finish(Slot* slot, RingProducer* tools) {
   Job& job = *slot->job;
   Status st;
   if (job.type == pipeline::kToolCallRecord) {
-    st = pipeline::PushMessage(&tools_, pipeline::kToolResultRecord, job.result,
+    st = pipeline::PushMessage(tools, pipeline::kToolResultRecord, job.result,
                                Deadline::AfterMs(50));
   } else {
     pipeline::FitGroupToRing(&job.group, scored_.max_record_bytes());
@@ -331,65 +343,83 @@ Status Verifier::Run() {
   if (prev.ok() && prev->started_mono_ns != 0) engine_.restarts = prev->restarts + 1;
   if (prev.ok()) engine_.cost = prev->cost;  // the cost sums span restarts (shm/metrics.h)
   metrics_.StoreEngine(engine_);             // ready: serve's WaitUntilReady sees the start time
-  std::deque<Slot> window;
   int64_t next_poll = 0;
   while (!pipeline::StopRequested()) {
     if (MonotonicNanos() >= next_poll) {
       watcher_.Poll();
       next_poll = MonotonicNanos() + 200'000'000;
     }
-    while (window.size() < kWindow) {
-      auto rec = input_.Fetch(window.empty() ? Deadline::AfterMs(20) : Deadline::Now());
-      if (rec.ok()) {
-        Slot s;
-        s.view = *rec;
-        s.job = MakeJob(*rec);
-        if (args_.env_latency_ms > 0) {
-          const double ms = args_.env_latency_ms * std::exp(0.5 * latency_noise_(latency_rng_));
-          s.ready_ns = MonotonicNanos() + int64_t(ms * 1e6);
-        }
-        if (s.job) pool_.Submit(s.job);
-        window.push_back(std::move(s));
-        continue;
-      }
-      if (rec.status().code() == StatusCode::kCorrupt) {
-        std::string raw;
-        (void)input_.Quarantine(&raw);
-        StageLog(kRole, "quarantined a corrupt record: %s", rec.status().message().c_str());
-        ++engine_.errors;
-        continue;
-      }
-      break;
-    }
-    // Commit finished work as it comes, but each tenant's in ring order (a tenant still waiting
-    // on an earlier record holds back only its own later ones).
-    std::set<std::string> blocked;
+    bool idle = true;
+    for (const Input& in : inputs_) idle = idle && in.window.empty();
+    // Idle: block on the ring for new work (with several rings, briefly on each in turn).
+    const int64_t wait_ms = !idle ? 0 : inputs_.size() == 1 ? 20 : 1;
+    for (Input& in : inputs_) Fill(&in, wait_ms);
     const uint64_t completions = pool_.completions();  // before the sweep: no wake-up is lost
-    const int64_t now = MonotonicNanos();
-    for (Slot& s : window) {
-      if (!s.job || s.pushed) continue;
-      if (!blocked.count(s.job->tenant_key) && now >= s.ready_ns && pool_.IsDone(*s.job))
-        Finish(&s);
-      if (!s.pushed) blocked.insert(s.job->tenant_key);
+    bool acked = false, waiting = false;
+    size_t depth = 0;
+    for (Input& in : inputs_) {
+      acked = Commit(&in) || acked;
+      waiting = waiting || !in.window.empty();
+      depth += in.window.size();
     }
-    // Acknowledge the finished prefix.
-    RecordView last;
-    bool any = false;
-    while (!window.empty() && (!window.front().job || window.front().pushed)) {
-      last = window.front().view;
-      any = true;
-      window.pop_front();
-    }
-    if (any) input_.Ack(last);
-    // Nothing to hand on: wait for a job to finish, and look at the ring again within 250 us
+    // Nothing to hand on: wait for a job to finish, and look at the rings again within 250 us
     // (a flat 1 ms sleep here delayed every group by about 1 ms).
-    if (!window.empty() && !any)
-      pool_.WaitForCompletion(completions, std::chrono::microseconds(250));
-    engine_.queue_depth = window.size();
+    if (waiting && !acked) pool_.WaitForCompletion(completions, std::chrono::microseconds(250));
+    engine_.queue_depth = depth;
     engine_.updated_mono_ns = MonotonicNanos();
     metrics_.StoreEngine(engine_);
   }
   return Status::Ok();
+}
+
+void Verifier::Fill(Input* in, int64_t wait_ms) {
+  while (in->window.size() < kWindow) {
+    auto rec = in->ring.Fetch(in->window.empty() && wait_ms > 0 ? Deadline::AfterMs(wait_ms)
+                                                                : Deadline::Now());
+    if (rec.ok()) {
+      Slot s;
+      s.view = *rec;
+      s.job = MakeJob(*rec, in->name);
+      if (args_.env_latency_ms > 0) {
+        const double ms = args_.env_latency_ms * std::exp(0.5 * latency_noise_(latency_rng_));
+        s.ready_ns = MonotonicNanos() + int64_t(ms * 1e6);
+      }
+      if (s.job) pool_.Submit(s.job);
+      in->window.push_back(std::move(s));
+      continue;
+    }
+    if (rec.status().code() == StatusCode::kCorrupt) {
+      std::string raw;
+      (void)in->ring.Quarantine(&raw);
+      StageLog(kRole, "quarantined a corrupt record of %s: %s", in->name.c_str(),
+               rec.status().message().c_str());
+      ++engine_.errors;
+      continue;
+    }
+    return;
+  }
+}
+
+bool Verifier::Commit(Input* in) {
+  // Commit finished work as it comes, but each tenant's in ring order (a tenant still waiting
+  // on an earlier record holds back only its own later ones).
+  std::set<std::string> blocked;
+  const int64_t now = MonotonicNanos();
+  for (Slot& s : in->window) {
+    if (!s.job || s.pushed) continue;
+    if (!blocked.count(s.job->tenant_key) && now >= s.ready_ns && pool_.IsDone(*s.job))
+      Finish(&s, &in->tools);
+    if (!s.pushed) blocked.insert(s.job->tenant_key);
+  }
+  RecordView last;
+  bool any = false;
+  while (!in->window.empty() && (!in->window.front().job || in->window.front().pushed)) {
+    last = in->window.front().view;
+    any = true;
+    in->window.pop_front();
+  }
+  if (any) in->ring.Ack(last);
+  return any;
 }
 
 }  // namespace
@@ -403,16 +433,20 @@ Status RunVerifier(const pipeline::StageArgs& args) {
   MARLAAS_ASSIGN_OR_RETURN(TenantTable table, TenantTable::Attach(args.instance));
   MARLAAS_ASSIGN_OR_RETURN(MetricsSegment metrics,
                            MetricsSegment::Attach(args.instance, pipeline::kVerifierRole));
-  MARLAAS_ASSIGN_OR_RETURN(RingConsumer input,
-                           RingConsumer::Attach({args.instance, pipeline::kTrajRing}));
+  std::vector<Input> inputs;
+  for (int r = 0; r < args.rollout_replicas; ++r) {
+    const std::string name = pipeline::TrajRingName(r);
+    MARLAAS_ASSIGN_OR_RETURN(RingConsumer ring, RingConsumer::Attach({args.instance, name}));
+    MARLAAS_ASSIGN_OR_RETURN(RingProducer tools,
+                             RingProducer::Attach({args.instance, pipeline::ToolRingName(r)}));
+    inputs.push_back(Input{name, std::move(ring), std::move(tools), {}});
+  }
   MARLAAS_ASSIGN_OR_RETURN(RingProducer scored,
                            RingProducer::Attach({args.instance, pipeline::kScoredRing}));
-  MARLAAS_ASSIGN_OR_RETURN(RingProducer tools,
-                           RingProducer::Attach({args.instance, pipeline::kToolRing}));
   // No sandboxes prepared ahead for a verifier that refuses untrusted work (read before the move).
   const int prepared = refuse.empty() ? args.prepared_sandboxes : 0;
-  Verifier v(args, std::move(table), std::move(metrics), std::move(input), std::move(scored),
-             std::move(tools), std::move(refuse));
+  Verifier v(args, std::move(table), std::move(metrics), std::move(inputs), std::move(scored),
+             std::move(refuse));
   sandbox::SetPreparedSandboxPool(prepared);
   StageLog(kRole, "ready (%d workers, %d sandboxes prepared ahead)", args.verifier_workers,
            prepared);

@@ -70,7 +70,9 @@ TEST(NodeLauncherTest, EightGpusSplitTwoTrainersAndSixRolloutsAndStartNothingOnA
   EXPECT_TRUE(Has(r, "env MARLAAS_VERIFIER_GPUS=\n")) << r.out;
   EXPECT_TRUE(Has(r, "env CUDA_DEVICE_ORDER=PCI_BUS_ID")) << r.out;
   EXPECT_TRUE(Has(r, "env NCCL_SOCKET_IFNAME=lo")) << r.out;
-  EXPECT_TRUE(Has(r, "launch/marlaas serve --instance n1 --state-dir /tmp/x")) << r.out;
+  EXPECT_TRUE(Has(r, "rollout processes: 6 (one per rollout GPU)")) << r.out;
+  EXPECT_TRUE(Has(r, "launch/marlaas serve --instance n1 --rollout-replicas 6 --state-dir /tmp/x"))
+      << r.out;
 }
 
 TEST(NodeLauncherTest, OneGpuIsSharedAndFlagsOverrideTheDefault) {
@@ -78,11 +80,13 @@ TEST(NodeLauncherTest, OneGpuIsSharedAndFlagsOverrideTheDefault) {
   LaunchResult r = one.Launch("--dry-run");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(Has(r, "trainer GPUs: 0\n") && Has(r, "rollout GPUs: 0\n")) << r.out;
+  EXPECT_TRUE(Has(r, "--rollout-replicas 1")) << r.out;
   FakeHost four(4);
   r = four.Launch("--dry-run --trainer-gpus 3 --rollout-gpus 0,1");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(Has(r, "trainer GPUs: 3\n") && Has(r, "rollout GPUs: 0,1\n")) << r.out;
   EXPECT_TRUE(Has(r, "env CUDA_VISIBLE_DEVICES=3,0,1\n")) << r.out;
+  EXPECT_TRUE(Has(r, "--rollout-replicas 2")) << r.out;
 }
 
 TEST(NodeLauncherTest, BadPlansAreRefusedByName) {
@@ -144,6 +148,49 @@ TEST(StageGpusTest, AdaptersCrossByCudaIpcOnlyWhenTrainerAndRolloutShareTheirGpu
   EXPECT_FALSE(TrainerAndRolloutShareGpus().ok());
   unsetenv("MARLAAS_TRAINER_GPUS");
   unsetenv("MARLAAS_ROLLOUT_GPUS");
+}
+
+TEST(StageGpusTest, EachRolloutReplicaSeesOneGpuOfTheRolloutList) {
+  unsetenv("MARLAAS_ROLLOUT_GPUS");
+  EXPECT_FALSE(ReplicaVisibleDevices(1, 2)->has_value());  // no list: inherit
+  setenv("MARLAAS_ROLLOUT_GPUS", "2,3,5", 1);
+  EXPECT_EQ(ReplicaVisibleDevices(0, 1)->value(), "2,3,5");  // one replica: the whole list
+  EXPECT_EQ(ReplicaVisibleDevices(0, 3)->value(), "2");
+  EXPECT_EQ(ReplicaVisibleDevices(1, 3)->value(), "3");
+  EXPECT_EQ(ReplicaVisibleDevices(2, 3)->value(), "5");
+  EXPECT_EQ(ReplicaVisibleDevices(3, 4)->value(), "2");  // more replicas than GPUs: shared
+  setenv("MARLAAS_TRAINER_GPUS", "2", 1);
+  setenv("MARLAAS_ROLLOUT_GPUS", "2", 1);
+  EXPECT_TRUE(*TrainerAndRolloutShareGpus(2));  // both replicas on the trainer's GPU
+  setenv("MARLAAS_ROLLOUT_GPUS", "2,3", 1);
+  EXPECT_FALSE(*TrainerAndRolloutShareGpus(2));  // replica 1 is on GPU 3
+  unsetenv("MARLAAS_TRAINER_GPUS");
+  unsetenv("MARLAAS_ROLLOUT_GPUS");
+}
+
+TEST(StageArgsTest, ReplicasTravelOnTheStageCommandLineAndAReplicaOutsideThemIsRefused) {
+  pipeline::StageArgs a;
+  a.instance = "i";
+  a.state_dir = "/s";
+  a.model_dir = "/m";
+  a.rollout_replicas = 3;
+  a.replica = 2;
+  auto back = pipeline::ParseStageArgs(pipeline::StageArgv(a));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->rollout_replicas, 3);
+  EXPECT_EQ(back->replica, 2);
+  a.rollout_replicas = 2;
+  auto bad = pipeline::ParseStageArgs(pipeline::StageArgv(a));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--replica 2 is not below --rollout-replicas 2"),
+            std::string::npos)
+      << bad.status().ToString();
+  EXPECT_EQ(pipeline::TrajRingName(0), "ring.traj");
+  EXPECT_EQ(pipeline::TrajRingName(2), "ring.traj.2");
+  EXPECT_EQ(pipeline::ToolRingName(1), "ring.tools.1");
+  EXPECT_EQ(pipeline::RolloutName(1), "rollout.1");
+  EXPECT_EQ(pipeline::ReplicaOfRow(5, 1), 0);
+  EXPECT_EQ(pipeline::ReplicaOfRow(5, 3), 2);
 }
 
 TEST(StageArgsTest, TheDeviceTravelsOnTheStageCommandLineAndBadNamesAreRefused) {

@@ -72,6 +72,7 @@ void PipelineTest::StartService() {
   o.bin_dir = MARLAAS_BIN_DIR;
   o.max_tenants = max_tenants_;
   o.memory_budget_bytes = memory_budget_bytes_;
+  o.stage.rollout_replicas = rollout_replicas_;
   auto s = serve::Service::Start(o);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   service_ = std::move(*s);

@@ -16,6 +16,7 @@
 #include "model/compute_threads.h"
 #include "procs/common/evaluation.h"
 #include "shm/adapter_store.h"
+#include "shm/metrics.h"
 #include "shm/ring_producer.h"
 #include "tests/procs/pipeline_fixture.h"
 
@@ -114,6 +115,71 @@ TEST_F(PipelineTest, KillEachStageMidRunLosesNothing) {
   // The malformed records were quarantined and logged, and no stage died of them.
   EXPECT_NE(ReadAll(state_dir_ + "/logs/verifier.log").find("quarantined"), std::string::npos);
   EXPECT_NE(ReadAll(state_dir_ + "/logs/trainer.log").find("quarantined"), std::string::npos);
+}
+
+TEST_F(PipelineTest, TwoRolloutReplicasShareTheTenantsAndAKilledOneLosesNothing) {
+  rollout_replicas_ = 2;
+  StartService();
+  ASSERT_EQ(service_->Stages().size(), 4u);  // rollout, rollout.1, verifier, trainer
+  const int kSteps = 6;
+  // Rows 0..3: replica 0 serves rows 0 and 2, replica 1 rows 1 and 3; each has a tool tenant,
+  // whose results must come back on its own replica's ring.
+  const std::vector<std::pair<std::string, std::string>> tenants = {{"calc0", "calculator_tool"},
+                                                                    {"calc1", "calculator_tool"},
+                                                                    {"arith2", "arithmetic"},
+                                                                    {"arith3", "arithmetic"}};
+  std::vector<pb::JobSpec> jobs;
+  for (size_t i = 0; i < tenants.size(); ++i) {
+    jobs.push_back(SmallJob(tenants[i].first, tenants[i].second, kSteps, 10 + i));
+    jobs.back().mutable_sampling()->set_max_new_tokens(40);  // room for a call and the answer
+  }
+  ASSERT_TRUE(service_->AdmitTogether(jobs).ok());
+  auto max_steps = [&] {
+    uint64_t m = 0;
+    for (const auto& t : service_->Tenants()) m = std::max(m, t.trainer.steps);
+    return m;
+  };
+  ASSERT_TRUE(RunUntil([&] { return max_steps() >= 2; }, 90)) << "training stalled";
+  const pid_t pid = service_->StagePid("rollout.1");
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  WaitDead(pid);
+  EXPECT_TRUE(RunUntil(
+      [&] { return service_->StagePid("rollout.1") > 0 && service_->StagePid("rollout.1") != pid; },
+      1.0))
+      << "rollout.1 was not restarted within 1 s";
+  ASSERT_TRUE(RunUntil([&] { return service_->AllDone() && Drained(); }, 150))
+      << "the run did not complete after the kill";
+  for (const serve::StageView& s : service_->Stages())
+    EXPECT_EQ(s.restarts, s.name == "rollout.1" ? 1 : 0) << s.name;
+  auto replica0 = MetricsSegment::Attach(instance_, pipeline::RolloutName(0));
+  auto replica1 = MetricsSegment::Attach(instance_, pipeline::RolloutName(1));
+  ASSERT_TRUE(replica0.ok() && replica1.ok());
+  for (const serve::TenantView& t : service_->Tenants()) {
+    const std::string id = t.record.id;
+    EXPECT_EQ(t.record.state, TenantState::kFinished) << id;
+    EXPECT_EQ(t.trainer.steps, uint64_t(kSteps)) << id;
+    // Only its own replica produced for it.
+    const int mine = pipeline::ReplicaOfRow(t.row, 2);
+    auto own = (mine == 0 ? replica0 : replica1)->LoadTenant(t.row);
+    auto other = (mine == 0 ? replica1 : replica0)->LoadTenant(t.row);
+    ASSERT_TRUE(own.ok() && other.ok()) << id;
+    EXPECT_GT(own->groups, 0u) << id;
+    EXPECT_EQ(other->groups, 0u) << id << " got groups from the other replica";
+    EXPECT_EQ(t.rollout.groups, own->groups) << id;
+    // Nothing committed was lost, the kill included.
+    const std::set<uint64_t> produced = Produced(id), retired = Retired(id);
+    for (uint64_t g : produced) EXPECT_TRUE(retired.count(g)) << id << " lost group " << g;
+  }
+  // Tool results went back to the replica that asked (a lost one fails its group after 30 s,
+  // and the trainer drops a failed group): both tool tenants called the calculator, were
+  // rewarded, and lost no group.
+  for (const serve::TenantView& t : service_->Tenants()) {
+    if (std::string(t.record.id).rfind("calc", 0) != 0) continue;
+    EXPECT_GT(t.verifier.tool_calls, 0u) << t.record.id;
+    EXPECT_GT(t.verifier.reward_sum, 0.0) << t.record.id;
+    EXPECT_EQ(t.trainer.groups_dropped, 0u) << t.record.id;
+  }
 }
 
 // Reward on a tenant's held-out prompts, sampled at temperature 1 (what GRPO optimises), from
