@@ -232,8 +232,8 @@ Status AdapterBroadcaster::Form(Deadline deadline) {
   return Status::Ok();
 }
 
-Status AdapterBroadcaster::Broadcast(int slot, uint64_t version, const void* src, size_t bytes,
-                                     Deadline deadline) {
+Status AdapterBroadcaster::Broadcast(int slot, uint64_t tenant_generation, uint64_t version,
+                                     const void* src, size_t bytes, Deadline deadline) {
   if (failed_) {
     return Status(StatusCode::kFailedPrecondition,
                   "the broadcast group must be formed again (a peer failed)");
@@ -242,6 +242,7 @@ Status AdapterBroadcaster::Broadcast(int slot, uint64_t version, const void* src
   BroadcastAnnouncement a;
   a.generation = generation_;
   a.slot = slot;
+  a.tenant_generation = tenant_generation;
   a.version = version;
   a.bytes = bytes;
   MARLAAS_RETURN_IF_ERROR(rendezvous_->Announce(a).status());
@@ -409,7 +410,7 @@ Result<ReceivedAdapter> AdapterReceiver::Receive(void* dst, size_t capacity, Dea
                                                         " bytes; the buffer holds " +
                                                         std::to_string(capacity));
     }
-    return ReceivedAdapter{a->slot, a->version, a->bytes};
+    return ReceivedAdapter{a->slot, a->tenant_generation, a->version, a->bytes};
   }
 }
 

@@ -49,9 +49,10 @@ class AdapterBroadcaster {
   int members() const { return world_size_ - 1; }
   uint64_t generation() const { return generation_; }
 
-  // Sends `bytes` of device memory `src` (the adapter of store slot `slot` at `version`) to every
-  // member; returns when it is complete everywhere.
-  Status Broadcast(int slot, uint64_t version, const void* src, size_t bytes, Deadline deadline);
+  // Sends `bytes` of device memory `src` (the adapter of store slot `slot`, whose tenant is of
+  // `tenant_generation`, at `version`) to every member; returns when it is complete everywhere.
+  Status Broadcast(int slot, uint64_t tenant_generation, uint64_t version, const void* src,
+                   size_t bytes, Deadline deadline);
 
  private:
   void Abort();
@@ -76,6 +77,7 @@ class AdapterBroadcaster {
 
 struct ReceivedAdapter {
   int slot = -1;
+  uint64_t tenant_generation = 0;
   uint64_t version = 0;
   uint64_t bytes = 0;
 };

@@ -8,7 +8,7 @@
 namespace marlaas {
 namespace {
 
-constexpr uint32_t kRendezvousLayoutVersion = 2;
+constexpr uint32_t kRendezvousLayoutVersion = 3;  // 3: announcements carry the tenant generation
 
 SegmentName RendezvousName(const std::string& instance) { return {instance, "nccl"}; }
 

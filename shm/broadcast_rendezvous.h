@@ -45,7 +45,8 @@ struct BroadcastRound {
 struct BroadcastAnnouncement {
   uint64_t seq = 0;  // 1, 2, ... over the life of the group
   uint64_t generation = 0;
-  int32_t slot = -1;  // adapter-store slot (tenant row)
+  int32_t slot = -1;               // adapter-store slot (tenant row)
+  uint64_t tenant_generation = 0;  // of the slot's tenant (a reused slot is another tenant's)
   uint64_t version = 0;
   uint64_t bytes = 0;
 };

@@ -78,6 +78,8 @@ Result<StageArgs> ParseStageArgs(const std::vector<std::string>& argv) {
         return Status(StatusCode::kInvalidArgument, "--prepared-sandboxes takes 0 to 64");
     } else if (f == "--allow-weak-sandbox") {
       a.allow_weak_sandbox = true;
+    } else if (f == "--adapter-broadcast") {
+      a.adapter_broadcast = true;
     } else if (f == "--lockstep") {
       a.lockstep = true;
     } else if (f == "--env-latency-ms") {
@@ -144,6 +146,7 @@ std::vector<std::string> StageArgv(const StageArgs& a) {
     v.push_back("--replica");
     v.push_back(std::to_string(a.replica));
   }
+  if (a.adapter_broadcast) v.push_back("--adapter-broadcast");
   return v;
 }
 

@@ -49,7 +49,7 @@ inline constexpr char kTrainerRole[] = "trainer";
 // The command line of every stage process:
 //   --instance ID --state-dir DIR --model-dir DIR [--threads N] [--verifier-workers N]
 //   [--prepared-sandboxes N] [--allow-weak-sandbox] [--device cpu|cuda|cuda:N]
-//   [--rollout-replicas N] [--replica R]
+//   [--rollout-replicas N] [--replica R] [--adapter-broadcast]
 struct StageArgs {
   std::string instance;
   std::string state_dir;
@@ -78,6 +78,10 @@ struct StageArgs {
   // trainer each one's prompt cursors) and which of them this one is (rollout only; 0 elsewhere).
   int rollout_replicas = 1;
   int replica = 0;
+  // NCCL adapter broadcast (serve sets it when a rollout replica is on a GPU other than the
+  // trainer's): the trainer sends every published adapter (procs/trainer/adapter_fanout.h), a
+  // replica on another GPU receives them (procs/rollout/adapter_inbox.h).
+  bool adapter_broadcast = false;
 };
 Result<StageArgs> ParseStageArgs(const std::vector<std::string>& argv);
 std::vector<std::string> StageArgv(const StageArgs& args);

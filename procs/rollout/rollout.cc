@@ -20,6 +20,7 @@
 #include "procs/common/stage_device.h"
 #include "procs/common/task_source.h"
 #include "procs/common/tenant_watcher.h"
+#include "procs/rollout/adapter_inbox.h"
 #include "sandbox/tool_syntax.h"
 #include "shm/adapter_store.h"
 #include "shm/metrics.h"
@@ -109,6 +110,7 @@ class Rollout {
   }
 
   Status Run();
+  void SetInbox(std::unique_ptr<AdapterInbox> inbox) { inbox_ = std::move(inbox); }
   // Before the stage reports ready: a small generation on the base model (a prefill of several
   // rows, then decode steps) on a generator of its own, so the first tenant's first passes do
   // not pay LibTorch's and the BLAS's one-time costs. Touches no tenant, segment or metric.
@@ -146,6 +148,8 @@ class Rollout {
   model::Tokenizer tok_;
   TenantTable table_;
   AdapterStore store_;
+  // --adapter-broadcast: adapters the trainer broadcast to this replica's GPU (else null).
+  std::unique_ptr<AdapterInbox> inbox_;
   MetricsSegment metrics_;
   MetricsSegment trainer_metrics_;
   RingProducer out_;
@@ -173,6 +177,20 @@ void Rollout::RefreshAdapter(RolloutTenant* t) {
   if (!published.ok() || *published <= t->version) return;
   auto info = store_.Info(t->row);
   if (!info.ok() || !info->active || t->id != info->tenant_id) return;
+  if (inbox_ != nullptr) {
+    // The trainer's broadcast of exactly this version, already on our device: no store copy.
+    at::Tensor flat =
+        inbox_->Take(t->row, info->generation, *published, int64_t(info->layout.NumElements()));
+    if (flat.defined()) {
+      auto adapter = model::LoraAdapter::FromFlatTensor(info->layout, std::move(flat));
+      if (adapter.ok()) {
+        t->adapter = std::make_shared<const model::LoraAdapter>(std::move(*adapter));
+        t->version = *published;
+        t->metrics.adapter_version = t->version;
+        return;
+      }
+    }
+  }
   // A CUDA IPC store copies device to device, straight into the adapter's own tensor; a host
   // store copies into host memory (a LoraPool on a GPU then copies it in once).
   const bool on_device = store_.backend() == AdapterBackend::kCudaIpc;
@@ -623,6 +641,15 @@ Status RunRollout(const pipeline::StageArgs& args) {
             std::move(metrics), std::move(trainer_metrics), std::move(out),
             std::move(tool_results));
   const int64_t warm0 = MonotonicNanos();
+  if (args.adapter_broadcast) {
+    // Without it every adapter still comes from the store.
+    auto inbox = AdapterInbox::Start(args.instance);
+    if (inbox.ok()) {
+      r.SetInbox(std::move(*inbox));
+    } else {
+      StageLog(kRole, "no adapter broadcast: %s", inbox.status().ToString().c_str());
+    }
+  }
   r.WarmUp();
   StageLog(kRole, "ready (model %s on %s; warmed up in %.0f ms)", args.model_dir.c_str(),
            model::DeviceName(device).c_str(), double(MonotonicNanos() - warm0) / 1e6);

@@ -20,6 +20,7 @@
 #include "sandbox/run_cgroup.h"
 #include "sandbox/sandbox.h"
 #include "shm/adapter_store.h"
+#include "shm/broadcast_rendezvous.h"
 #include "shm/ring_layout.h"
 #include "shm/stale_segments.h"
 
@@ -45,6 +46,7 @@ std::string SelfDir() {
 struct Service::Held {
   std::vector<Segment> rings;
   std::optional<AdapterStore> store;
+  std::optional<ShmRendezvous> rendezvous;  // with NCCL adapter broadcast
 };
 
 Result<std::unique_ptr<Service>> Service::Start(const ServiceOptions& options) {
@@ -123,6 +125,22 @@ Result<std::unique_ptr<Service>> Service::Start(const ServiceOptions& options) {
     s->held_->rings.push_back(std::move(seg));
     s->segments_.push_back(ring);
   }
+  if (options.stage.device != "cpu") {
+    // Replicas on other GPUs than the trainer's get adapters by NCCL broadcast, meeting in
+    // segment "nccl"; the store still holds every adapter (host buffers then).
+    MARLAAS_ASSIGN_OR_RETURN(std::vector<bool> off, ReplicasOffTrainerGpus(replicas));
+    bool any = false;
+    for (int r = 0; r < replicas; ++r) {
+      s->stages_[size_t(r)].adapter_broadcast = off[size_t(r)];
+      any = any || off[size_t(r)];
+    }
+    if (any) {
+      MARLAAS_ASSIGN_OR_RETURN(ShmRendezvous rendezvous, ShmRendezvous::Create(instance));
+      s->held_->rendezvous.emplace(std::move(rendezvous));
+      s->segments_.push_back("nccl");
+      s->stages_[s->trainer_index_].adapter_broadcast = true;
+    }
+  }
   for (Stage& st : s->stages_) MARLAAS_RETURN_IF_ERROR(s->Spawn(&st));
   return s;
 }
@@ -135,6 +153,7 @@ Status Service::Spawn(Stage* stage) {
     return Status(StatusCode::kNotFound, exe + " is missing (build it: launch/marlaas --help)");
   pipeline::StageArgs args = options_.stage;
   args.replica = stage->replica;
+  args.adapter_broadcast = stage->adapter_broadcast;
   std::vector<std::string> argv = {exe};
   for (const std::string& a : pipeline::StageArgv(args)) argv.push_back(a);
   const std::string log = options_.stage.state_dir + "/logs/" + stage->name + ".log";

@@ -101,8 +101,9 @@ class Service {
  private:
   struct Stage {
     std::string role;
-    std::string name;  // StageView::name
-    int replica = 0;   // rollout only
+    std::string name;                // StageView::name
+    int replica = 0;                 // rollout only
+    bool adapter_broadcast = false;  // the trainer, and replicas on other GPUs than its
     pid_t pid = 0;
     int restarts = 0;
     int64_t died_at = 0;

@@ -58,14 +58,23 @@ Result<std::optional<std::string>> ReplicaVisibleDevices(int replica, int replic
   return std::optional<std::string>(gpus[size_t(replica) % gpus.size()]);
 }
 
-Result<bool> TrainerAndRolloutShareGpus(int replicas) {
+Result<std::vector<bool>> ReplicasOffTrainerGpus(int replicas) {
   MARLAAS_ASSIGN_OR_RETURN(std::optional<std::string> trainer, StageVisibleDevices("trainer"));
-  if (trainer && trainer->empty()) return false;
+  std::vector<bool> off;
   for (int r = 0; r < replicas; ++r) {
     MARLAAS_ASSIGN_OR_RETURN(std::optional<std::string> rollout,
                              ReplicaVisibleDevices(r, replicas));
-    if (rollout != trainer) return false;
+    off.push_back(rollout != trainer);
   }
+  return off;
+}
+
+Result<bool> TrainerAndRolloutShareGpus(int replicas) {
+  MARLAAS_ASSIGN_OR_RETURN(std::vector<bool> off, ReplicasOffTrainerGpus(replicas));
+  MARLAAS_ASSIGN_OR_RETURN(std::optional<std::string> trainer, StageVisibleDevices("trainer"));
+  if (trainer && trainer->empty()) return false;
+  for (bool o : off)
+    if (o) return false;
   return true;
 }
 

@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 
@@ -22,6 +23,9 @@ Result<std::optional<std::string>> StageVisibleDevices(const std::string& role);
 // replica r sees the list's GPU r % k alone (more replicas than GPUs share them); nullopt (no
 // list): inherit serve's.
 Result<std::optional<std::string>> ReplicaVisibleDevices(int replica, int replicas);
+// For each of the `replicas` rollout replicas: whether it sees other GPUs than the trainer (then,
+// on GPUs, the trainer broadcasts adapters to it over NCCL: procs/trainer/adapter_fanout.h).
+Result<std::vector<bool>> ReplicasOffTrainerGpus(int replicas);
 // Whether the trainer and every one of the `replicas` rollout replicas see the same GPUs (all
 // inherit, or all are given the same list): then adapters cross between them by CUDA IPC
 // instead of through host memory.

@@ -17,6 +17,7 @@
 #include "model/transformer.h"
 #include "procs/common/stage_device.h"
 #include "procs/common/tenant_watcher.h"
+#include "procs/trainer/adapter_fanout.h"
 #include "procs/trainer/checkpoint.h"
 #include "rl/advantages.h"
 #include "rl/multi_tenant_step.h"
@@ -86,6 +87,7 @@ class Trainer {
   // and the BLAS's one-time costs (on the 2-core machine a fresh trainer's first step cost 21.8
   // ms of CPU against 8.9 ms later). Touches no tenant, segment or metric.
   Status WarmUp();
+  void SetFanout(std::unique_ptr<AdapterFanout> fanout) { fanout_ = std::move(fanout); }
 
  private:
   // Follows the tenant table: starts new tenants, forgets settled or replaced ones.
@@ -122,6 +124,8 @@ class Trainer {
   std::unordered_map<uint64_t, Pending*> pending_by_group_;  // buffered groups' records
   EngineMetrics engine_{};
   int64_t checkpoint_cpu_ns_ = 0;  // CPU time of the checkpoints written (kept out of step costs)
+  // --adapter-broadcast: every published adapter also goes to the replicas on other GPUs.
+  std::unique_ptr<AdapterFanout> fanout_;
 };
 
 TrainTenant* Trainer::Lookup(const std::string& id, uint64_t generation) {
@@ -260,7 +264,12 @@ Status Trainer::Publish(TrainTenant* t) {
                        torch::TensorOptions(torch::kFloat32)
                            .device(span_on_device ? flat.device() : torch::Device(torch::kCPU)));
   dst.copy_(flat);
-  return store_.Publish(t->row, t->ck.version);
+  MARLAAS_RETURN_IF_ERROR(store_.Publish(t->row, t->ck.version));
+  if (fanout_ != nullptr && flat.is_cuda()) {
+    auto info = store_.Info(t->row);
+    if (info.ok()) fanout_->Published(t->row, info->generation, t->ck.version, flat);
+  }
+  return Status::Ok();
 }
 
 void Trainer::Checkpoint(TrainTenant* t) {
@@ -710,6 +719,15 @@ Status RunTrainer(const pipeline::StageArgs& args) {
   }
   Trainer stage(args, std::move(base), std::move(table), std::move(store), std::move(metrics),
                 std::move(rollout_metrics), std::move(input));
+  if (args.adapter_broadcast) {
+    // Without it the replicas on other GPUs still read every adapter from the store.
+    auto fanout = AdapterFanout::Start(args.instance);
+    if (fanout.ok()) {
+      stage.SetFanout(std::move(*fanout));
+    } else {
+      StageLog(kRole, "no adapter broadcast: %s", fanout.status().ToString().c_str());
+    }
+  }
   const int64_t warm0 = MonotonicNanos();
   MARLAAS_RETURN_IF_ERROR(stage.WarmUp());
   StageLog(kRole, "ready (model %s on %s; warmed up in %.0f ms)", args.model_dir.c_str(),

@@ -164,6 +164,11 @@ TEST(StageGpusTest, EachRolloutReplicaSeesOneGpuOfTheRolloutList) {
   EXPECT_TRUE(*TrainerAndRolloutShareGpus(2));  // both replicas on the trainer's GPU
   setenv("MARLAAS_ROLLOUT_GPUS", "2,3", 1);
   EXPECT_FALSE(*TrainerAndRolloutShareGpus(2));  // replica 1 is on GPU 3
+  // Which replicas get adapters by NCCL broadcast: those off the trainer's GPU.
+  EXPECT_EQ(*ReplicasOffTrainerGpus(2), std::vector<bool>({false, true}));
+  setenv("MARLAAS_TRAINER_GPUS", "0,1", 1);
+  setenv("MARLAAS_ROLLOUT_GPUS", "2,3,4", 1);
+  EXPECT_EQ(*ReplicasOffTrainerGpus(3), std::vector<bool>({true, true, true}));
   unsetenv("MARLAAS_TRAINER_GPUS");
   unsetenv("MARLAAS_ROLLOUT_GPUS");
 }

@@ -52,6 +52,7 @@ int Member(const std::string& instance, const std::vector<uint64_t>& want) {
       return 34;
     }
     if (got->slot < 0 || size_t(got->slot) >= want.size() || got->bytes != kBytes) return 35;
+    if (got->tenant_generation != uint64_t(got->slot) + 7) return 37;  // the root's tag
     cudaMemcpy(host.data(), dst, kBytes, cudaMemcpyDeviceToHost);
     for (unsigned char c : host)
       if (c != (got->version & 0x7f)) return 36;  // torn or wrong content
@@ -87,7 +88,8 @@ TEST(NcclBroadcastTest, MembersGetEveryTenantAndTheGroupReformsAfterAKill) {
           0, [](void*) { usleep(200000); }, nullptr);
       cudaMemsetAsync(buf[slot], int(v & 0x7f), kBytes, 0);
       version[slot] = v;
-      return caster.Broadcast(slot, v, buf[slot], kBytes, Deadline::AfterMs(30000));
+      return caster.Broadcast(slot, uint64_t(slot) + 7, v, buf[slot], kBytes,
+                              Deadline::AfterMs(30000));
     };
     // Phase 1: member A joins; versions 1..5 of both tenants.
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -114,7 +116,10 @@ TEST(NcclBroadcastTest, MembersGetEveryTenantAndTheGroupReformsAfterAKill) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     for (int slot = 0; slot < 2; ++slot)
-      if (!caster.Broadcast(slot, version[slot], buf[slot], kBytes, Deadline::AfterMs(30000)).ok())
+      if (!caster
+               .Broadcast(slot, uint64_t(slot) + 7, version[slot], buf[slot], kBytes,
+                          Deadline::AfterMs(30000))
+               .ok())
         return 19;
     return WaitForFlag(sh->b_done) ? 0 : 20;
   });
