@@ -12,7 +12,9 @@ const std::vector<Command>& Commands() {
       {"demo", "[--state-dir DIR] [--summary FILE] [--tenants N] [--steps N]",
        "pretrain the tiny base if needed, train 8 tenants on the 4 built-in tasks, and report",
        RunDemo},
-      {"serve", "[--job FILE ...] [--state-dir DIR] [--model-dir DIR] [--device cpu|cuda[:N]]",
+      {"serve",
+       "[--job FILE ...] [--state-dir DIR] [--model-dir DIR] [--device cpu|cuda[:N]] "
+       "[--rollout-replicas N]",
        "run the service with its control socket; with jobs, until every tenant is done", RunServe},
       {"submit", "JOB.json [--state-dir DIR]",
        "admit a tenant into the running service; prints its id and token", RunSubmit},

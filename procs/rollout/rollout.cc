@@ -111,21 +111,29 @@ class Rollout {
 
   Status Run();
   void SetInbox(std::unique_ptr<AdapterInbox> inbox) { inbox_ = std::move(inbox); }
-  // Before the stage reports ready: a small generation on the base model (a prefill of several
-  // rows, then decode steps) on a generator of its own, so the first tenant's first passes do
-  // not pay LibTorch's and the BLAS's one-time costs. Touches no tenant, segment or metric.
-  void WarmUp() {
-    model::Generator warm(model_);
+  // Before the stage reports ready: a small generation through the stage's own generator (a
+  // prefill of several rows, then decode steps), half the rows on the base model and half with a
+  // throwaway adapter, so the first tenant's first passes do not pay LibTorch's, the BLAS's, the
+  // multi-LoRA path's and the generator's KV arena's one-time costs. Touches no tenant, segment
+  // or metric; the generator is empty again when it returns.
+  Status WarmUp() {
+    MARLAAS_ASSIGN_OR_RETURN(model::LoraAdapter warm_adapter,
+                             model::LoraAdapter::Create(*base_, 8, 16, (1u << kNumLoraTargets) - 1,
+                                                        /*seed=*/1));
+    warm_adapter.MoveTo(model_.device());
+    auto adapter = std::make_shared<const model::LoraAdapter>(std::move(warm_adapter));
     const int32_t vocab = int32_t(base_->config.vocab_size);
-    for (uint64_t id = 1; id <= 4; ++id) {
+    for (uint64_t row = 0; row < 16; ++row) {
       model::GenerationRequest req;
-      req.id = id;
-      for (int32_t i = 0; i < 12; ++i) req.prompt.push_back(int32_t((id * 31 + i * 7) % vocab));
-      req.seed = id;
-      req.max_new_tokens = 4;
-      warm.Add(std::move(req));
+      req.id = row + 1;  // the generator is empty: any ids unique among these
+      for (int32_t i = 0; i < 24; ++i) req.prompt.push_back(int32_t((row * 31 + i * 7) % vocab));
+      if (row % 2 == 1) req.adapter = adapter;
+      req.seed = row + 1;
+      req.max_new_tokens = 8;
+      gen_.Add(std::move(req));
     }
-    while (warm.active() > 0) warm.Step();
+    while (gen_.active() > 0) gen_.Step();
+    return Status::Ok();
   }
 
  private:
@@ -650,7 +658,7 @@ Status RunRollout(const pipeline::StageArgs& args) {
       StageLog(kRole, "no adapter broadcast: %s", inbox.status().ToString().c_str());
     }
   }
-  r.WarmUp();
+  MARLAAS_RETURN_IF_ERROR(r.WarmUp());
   StageLog(kRole, "ready (model %s on %s; warmed up in %.0f ms)", args.model_dir.c_str(),
            model::DeviceName(device).c_str(), double(MonotonicNanos() - warm0) / 1e6);
   return r.Run();
