@@ -33,9 +33,9 @@ bool InboxEntryMatches(const InboxEntry& entry, uint64_t generation, uint64_t ve
 class AdapterInbox {
  public:
   virtual ~AdapterInbox() = default;
-  // Joins the broadcast group of `instance` (segment "nccl") as a member receiving onto the
-  // current CUDA device.
-  static Result<std::unique_ptr<AdapterInbox>> Start(const std::string& instance);
+  // Joins the broadcast group of `instance` (segment "nccl") as a member receiving onto CUDA
+  // device `device` (the rollout's model device).
+  static Result<std::unique_ptr<AdapterInbox>> Start(const std::string& instance, int device);
   // The received adapter of `slot` if InboxEntryMatches; an undefined tensor otherwise. The
   // entry is handed over (taken out of the inbox).
   virtual at::Tensor Take(int slot, uint64_t generation, uint64_t version, int64_t elements) = 0;

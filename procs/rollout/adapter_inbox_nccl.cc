@@ -117,11 +117,12 @@ class NcclInbox : public AdapterInbox {
 
 }  // namespace
 
-Result<std::unique_ptr<AdapterInbox>> AdapterInbox::Start(const std::string& instance) {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
+Result<std::unique_ptr<AdapterInbox>> AdapterInbox::Start(const std::string& instance, int device) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || device < 0 || device >= count) {
     cudaGetLastError();
-    return Status(StatusCode::kFailedPrecondition, "no CUDA device for the adapter inbox");
+    return Status(StatusCode::kFailedPrecondition,
+                  "no CUDA device " + std::to_string(device) + " for the adapter inbox");
   }
   MARLAAS_ASSIGN_OR_RETURN(ShmRendezvous rendezvous, ShmRendezvous::Attach(instance));
   return std::unique_ptr<AdapterInbox>(

@@ -4,7 +4,7 @@
 
 namespace marlaas::rollout {
 
-Result<std::unique_ptr<AdapterInbox>> AdapterInbox::Start(const std::string&) {
+Result<std::unique_ptr<AdapterInbox>> AdapterInbox::Start(const std::string&, int) {
   return Status(StatusCode::kFailedPrecondition,
                 "--adapter-broadcast needs a build with CUDA and NCCL (this one has none)");
 }

@@ -651,7 +651,8 @@ Status RunRollout(const pipeline::StageArgs& args) {
   const int64_t warm0 = MonotonicNanos();
   if (args.adapter_broadcast) {
     // Without it every adapter still comes from the store.
-    auto inbox = AdapterInbox::Start(args.instance);
+    auto inbox = AdapterInbox::Start(
+        args.instance, device.is_cuda() && device.has_index() ? int(device.index()) : 0);
     if (inbox.ok()) {
       r.SetInbox(std::move(*inbox));
     } else {

@@ -20,7 +20,7 @@ TEST(AdapterInboxTest, ABroadcastIsUsedOnlyWhenItIsExactlyTheStoresVersionOfTheS
 TEST(AdapterInboxTest, WithoutAGroupToJoinStartFailsWithAReason) {
   // No "nccl" segment for this instance (and, without NCCL, no support at all): a clear error,
   // which the rollout logs before reading every adapter from the store.
-  auto inbox = AdapterInbox::Start("no-such-instance-for-inbox-test");
+  auto inbox = AdapterInbox::Start("no-such-instance-for-inbox-test", 0);
   ASSERT_FALSE(inbox.ok());
   EXPECT_FALSE(inbox.status().message().empty());
 }
