@@ -7,9 +7,12 @@ namespace marlaas::model {
 KvArena::KvArena(const ModelConfig& c, torch::Device device, int64_t slots, int64_t capacity) {
   TORCH_CHECK(slots >= 1 && capacity >= 1, "a KvArena needs at least one slot and position");
   const auto options = torch::TensorOptions(torch::kFloat32).device(device);
+  // Zeroed, and zeroed when grown: a decoding row reads the positions up to the longest row's,
+  // masked to weight 0, and 0 times garbage that happens to be inf or NaN (freed memory of a
+  // masked -inf score tensor) is NaN.
   for (int l = 0; l < c.num_layers; ++l) {
-    k_.push_back(torch::empty({slots, c.num_kv_heads, capacity, c.head_dim}, options));
-    v_.push_back(torch::empty({slots, c.num_kv_heads, capacity, c.head_dim}, options));
+    k_.push_back(torch::zeros({slots, c.num_kv_heads, capacity, c.head_dim}, options));
+    v_.push_back(torch::zeros({slots, c.num_kv_heads, capacity, c.head_dim}, options));
   }
   slots_ = slots;
   capacity_ = capacity;
@@ -19,7 +22,7 @@ KvArena::KvArena(const ModelConfig& c, torch::Device device, int64_t slots, int6
 void KvArena::Resize(int64_t slots, int64_t capacity) {
   for (size_t l = 0; l < k_.size(); ++l) {
     for (torch::Tensor* t : {&k_[l], &v_[l]}) {
-      auto grown = torch::empty({slots, t->size(1), capacity, t->size(3)}, t->options());
+      auto grown = torch::zeros({slots, t->size(1), capacity, t->size(3)}, t->options());
       grown.narrow(0, 0, slots_).narrow(2, 0, capacity_).copy_(*t);
       *t = grown;
     }

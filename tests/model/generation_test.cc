@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 
@@ -121,6 +122,31 @@ TEST(KvArenaTest, SlotsAreDistinctReusedAndKeptAcrossGrowth) {
   EXPECT_THROW(arena.Release(7), c10::Error);
   EXPECT_EQ(arena.Acquire(), a);
   EXPECT_EQ(arena.in_use(), 2);
+}
+
+// Property: positions no row has written hold zeros, also after growth. A decoding row reads up
+// to the longest row's length with the rest masked to weight 0, and 0 times leftover inf or NaN
+// (freed memory of a masked score tensor) is NaN: with uninitialised memory a decode step once
+// returned NaN logits after a training step had run in the same process.
+TEST(KvArenaTest, PositionsNoRowWroteAreZeroAlsoAfterGrowth) {
+  auto w = *BaseWeights::Load(kData + "/llama");
+  for (int i = 0; i < 4; ++i) {
+    // Leave freed memory full of -inf for the allocator to hand out again.
+    auto junk = torch::full({1 << 16}, -std::numeric_limits<float>::infinity());
+  }
+  KvArena arena(w->config, torch::kCPU, 1, 2);
+  auto zero = [&] {
+    for (int l = 0; l < w->config.num_layers; ++l)
+      if (!arena.keys(l).eq(0).all().item<bool>() || !arena.values(l).eq(0).all().item<bool>())
+        return false;
+    return true;
+  };
+  EXPECT_TRUE(zero());
+  const int64_t a = arena.Acquire();
+  (void)arena.Acquire();  // grows in slots
+  arena.Reserve(9);       // and in positions
+  (void)a;
+  EXPECT_TRUE(zero());
 }
 
 // Property: moving a KvCache moves its slot (one release, by the last owner).
