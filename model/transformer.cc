@@ -1,6 +1,8 @@
 #include "model/transformer.h"
 
 #include <cmath>
+#include <limits>
+#include <tuple>
 
 namespace marlaas::model {
 
@@ -88,6 +90,114 @@ torch::Tensor Transformer::Hidden(const torch::Tensor& tokens, const LoraRouting
     x = Block(x, l, cos, sin, lora != nullptr ? &segs : nullptr);
   }
   return RmsNorm(x, w_->final_norm);
+}
+
+std::pair<torch::Tensor, torch::Tensor> Transformer::SharedBlock(
+    const torch::Tensor& xp, const torch::Tensor& xs, int layer, const torch::Tensor& cos_p,
+    const torch::Tensor& sin_p, const torch::Tensor& cos_s, const torch::Tensor& sin_s,
+    const torch::Tensor& prefix_index, const torch::Tensor& masked, const LoraSegments* lora_p,
+    const LoraSegments* lora_s, bool prefix_out) const {
+  const auto& c = w_->config;
+  const int64_t P = xp.size(0), Lp = xp.size(1), B = xs.size(0), Ls = xs.size(1), D = c.head_dim;
+  const torch::Tensor& norm = w_->layers[size_t(layer)].input_norm;
+  auto qkv = [&](const torch::Tensor& x, int64_t rows, int64_t T, const LoraSegments* lora) {
+    auto h = RmsNorm(x, norm).reshape({rows * T, -1});
+    auto q =
+        Project(h, layer, LoraTarget::kQ, lora).view({rows, T, c.num_heads, D}).transpose(1, 2);
+    auto k =
+        Project(h, layer, LoraTarget::kK, lora).view({rows, T, c.num_kv_heads, D}).transpose(1, 2);
+    auto v =
+        Project(h, layer, LoraTarget::kV, lora).view({rows, T, c.num_kv_heads, D}).transpose(1, 2);
+    return std::make_tuple(q, k, v);
+  };
+  auto [qp, kp, vp] = qkv(xp, P, Lp, lora_p);
+  auto [qs, ks, vs] = qkv(xs, B, Ls, lora_s);
+  qp = ApplyRope(qp, cos_p, sin_p);
+  kp = ApplyRope(kp, cos_p, sin_p);
+  qs = ApplyRope(qs, cos_s, sin_s);  // per-row positions: cos_s [B, 1, Ls, D]
+  ks = ApplyRope(ks, cos_s, sin_s);
+  // Each suffix row sees its prefix's keys and values, then its own.
+  auto k_all = torch::cat({kp.index_select(0, prefix_index), ks}, 2);
+  auto v_all = torch::cat({vp.index_select(0, prefix_index), vs}, 2);
+  const int64_t group = c.num_heads / c.num_kv_heads;
+  if (group > 1) {
+    kp = kp.repeat_interleave(group, 1);
+    vp = vp.repeat_interleave(group, 1);
+    k_all = k_all.repeat_interleave(group, 1);
+    v_all = v_all.repeat_interleave(group, 1);
+  }
+  const double scale = 1.0 / std::sqrt(double(D));
+  const float inf = std::numeric_limits<float>::infinity();
+  auto scores_s = torch::matmul(qs, k_all.transpose(-2, -1)) * scale;
+  auto attn_s = torch::matmul(torch::softmax(scores_s.masked_fill(masked, -inf), -1), v_all);
+  auto finish = [&](const torch::Tensor& x, const torch::Tensor& attn, int64_t rows, int64_t T,
+                    const LoraSegments* lora) {
+    auto a = attn.transpose(1, 2).reshape({rows * T, c.num_heads * D});
+    auto x2 = x.reshape({rows * T, -1}) + Project(a, layer, LoraTarget::kO, lora);
+    return Mlp(x2, layer, lora).view({rows, T, -1});
+  };
+  torch::Tensor out_p;  // the last layer's prefix output is not needed: its keys and values are
+  if (prefix_out) {
+    auto scores_p = torch::matmul(qp, kp.transpose(-2, -1)) * scale;
+    auto causal = torch::ones({Lp, Lp}, xp.options().dtype(torch::kBool)).triu(1);
+    auto attn_p = torch::matmul(torch::softmax(scores_p.masked_fill(causal, -inf), -1), vp);
+    out_p = finish(xp, attn_p, P, Lp, lora_p);
+  }
+  return {out_p, finish(xs, attn_s, B, Ls, lora_s)};
+}
+
+torch::Tensor Transformer::HiddenShared(const torch::Tensor& prefix_tokens,
+                                        const LoraRouting* prefix_lora,
+                                        const torch::Tensor& suffix_tokens,
+                                        const LoraRouting* suffix_lora,
+                                        const std::vector<int64_t>& prefix_of,
+                                        const std::vector<int64_t>& offset) const {
+  TORCH_CHECK(prefix_tokens.dim() == 2 && suffix_tokens.dim() == 2,
+              "prefix and suffix tokens must be [rows, time]");
+  const int64_t P = prefix_tokens.size(0), Lp = prefix_tokens.size(1);
+  const int64_t B = suffix_tokens.size(0), Ls = suffix_tokens.size(1);
+  TORCH_CHECK(int64_t(prefix_of.size()) == B && int64_t(offset.size()) == B,
+              "one prefix row and offset per suffix row");
+  for (int64_t b = 0; b < B; ++b) {
+    TORCH_CHECK(prefix_of[size_t(b)] >= 0 && prefix_of[size_t(b)] < P, "prefix row out of range");
+    TORCH_CHECK(offset[size_t(b)] >= 0 && offset[size_t(b)] <= Lp, "prefix offset out of range");
+  }
+  const auto on_device = torch::TensorOptions(torch::kInt64).device(device());
+  auto embed = [&](const torch::Tensor& tokens) {
+    return w_->embed.index_select(0, tokens.to(device()).reshape({-1}))
+        .view({tokens.size(0), tokens.size(1), -1});
+  };
+  auto xp = embed(prefix_tokens), xs = embed(suffix_tokens);
+  auto [cos_p, sin_p] = Rope(torch::arange(Lp, on_device));
+  auto offsets = torch::tensor(offset, torch::kInt64).to(device());
+  auto positions = offsets.unsqueeze(1) + torch::arange(Ls, on_device).unsqueeze(0);  // [B, Ls]
+  auto [cos_s, sin_s] = Rope(positions.reshape({-1}));
+  cos_s = cos_s.view({B, 1, Ls, -1});
+  sin_s = sin_s.view({B, 1, Ls, -1});
+  // A suffix position looks at its prefix's first offset[b] tokens and its own row up to itself.
+  auto prefix_masked = torch::arange(Lp, on_device).unsqueeze(0) >= offsets.unsqueeze(1);
+  auto own_masked = torch::ones({Ls, Ls}, on_device.dtype(torch::kBool)).triu(1);
+  auto masked = torch::cat({prefix_masked.view({B, 1, 1, Lp}).expand({B, 1, Ls, Lp}),
+                            own_masked.view({1, 1, Ls, Ls}).expand({B, 1, Ls, Ls})},
+                           3);
+  auto prefix_index = torch::tensor(prefix_of, torch::kInt64).to(device());
+  LoraSegments segs_p, segs_s;
+  auto segments = [](const LoraRouting* lora, int64_t rows, int64_t T, LoraSegments* segs) {
+    if (lora == nullptr) return false;
+    TORCH_CHECK(int64_t(lora->row_adapter.size()) == rows, "one adapter per batch row");
+    TORCH_CHECK(lora->pool == nullptr, "a LoraPool serves Step only");
+    *segs = LoraSegments::Uniform(lora->adapters, lora->row_adapter, int32_t(T));
+    return true;
+  };
+  const bool has_p = segments(prefix_lora, P, Lp, &segs_p);
+  const bool has_s = segments(suffix_lora, B, Ls, &segs_s);
+  const int layers = int(w_->layers.size());
+  for (int l = 0; l < layers; ++l) {
+    std::tie(xp, xs) = SharedBlock(xp, xs, l, cos_p, sin_p, cos_s, sin_s, prefix_index, masked,
+                                   has_p ? &segs_p : nullptr, has_s ? &segs_s : nullptr,
+                                   /*prefix_out=*/l + 1 < layers);
+  }
+  return RmsNorm(xs, w_->final_norm);
 }
 
 torch::Tensor Transformer::Forward(const torch::Tensor& tokens, const LoraRouting* lora) const {

@@ -42,6 +42,19 @@ class Transformer {
   // The final-norm hidden states [B, T, hidden]; logits = Hidden · lm_headᵀ.
   torch::Tensor Hidden(const torch::Tensor& tokens, const LoraRouting* lora = nullptr) const;
 
+  // Hidden() for sequences that share prefixes, computing each shared prefix once (training: a
+  // GRPO group's completions share their prompt). prefix_tokens [P, Lp] int64 holds P prefixes
+  // (right-padded); suffix row b continues prefix row prefix_of[b] after its first offset[b]
+  // tokens (0: a row of its own, attending to no prefix) with suffix_tokens[b] ([B, Ls], right
+  // padded). Each routing has one adapter per row of its tensor (may be null: base only).
+  // Returns the final-norm hidden states of the suffix rows, [B, Ls, hidden]: what Hidden() gives
+  // at those positions of the whole sequences, up to rounding, and with the prefix's gradient
+  // summed over the rows that continue it.
+  torch::Tensor HiddenShared(const torch::Tensor& prefix_tokens, const LoraRouting* prefix_lora,
+                             const torch::Tensor& suffix_tokens, const LoraRouting* suffix_lora,
+                             const std::vector<int64_t>& prefix_of,
+                             const std::vector<int64_t>& offset) const;
+
   // Incremental forward for generation (call with autograd off). Row b appends new_tokens[b]
   // (int64 [t_b], t_b >= 1: a whole prompt when the sequence joins, one token per decode step)
   // to the sequence whose cache is caches[b], attending to everything cached before it. Rows
@@ -60,6 +73,15 @@ class Transformer {
   torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const;
   torch::Tensor Block(const torch::Tensor& x, int layer, const torch::Tensor& cos,
                       const torch::Tensor& sin, const LoraSegments* lora) const;
+  // One layer of HiddenShared: the prefix rows xp as Block does, and the suffix rows xs
+  // attending to their prefix's keys and values (rows prefix_index) and causally to their own;
+  // masked: [B, 1, Ls, Lp + Ls], true where a suffix position may not look. Without
+  // prefix_out (the last layer) the prefix's own output is not computed (undefined).
+  std::pair<torch::Tensor, torch::Tensor> SharedBlock(
+      const torch::Tensor& xp, const torch::Tensor& xs, int layer, const torch::Tensor& cos_p,
+      const torch::Tensor& sin_p, const torch::Tensor& cos_s, const torch::Tensor& sin_s,
+      const torch::Tensor& prefix_index, const torch::Tensor& masked, const LoraSegments* lora_p,
+      const LoraSegments* lora_s, bool prefix_out) const;
   // The MLP half of a block on rows [N, hidden]: x + down(silu(gate) * up) of the post-norm.
   torch::Tensor Mlp(const torch::Tensor& x, int layer, const LoraSegments* lora) const;
 

@@ -8,71 +8,152 @@ namespace marlaas::rl {
 
 namespace {
 
-// The summed losses of tenants[begin, end) (rows padded to their own longest completion), with
-// each tenant's statistics filled into results.
-torch::Tensor BucketLoss(const model::Transformer& model, std::vector<TenantStep>& tenants,
-                         const std::vector<size_t>& members,
-                         std::vector<TenantStepResult>* results) {
-  int64_t rows = 0, max_len = 2;
-  for (size_t k : members) {
-    rows += int64_t(tenants[k].completions.size());
-    for (const Completion& c : tenants[k].completions)
-      max_len = std::max<int64_t>(max_len, int64_t(c.tokens.size()));
+// Shortest prefix worth sharing: below it the extra prefix rows and attention cost more than the
+// positions saved.
+constexpr int64_t kMinShared = 4;
+
+// Where a row of the padded batch comes from: its completion, and the prefix row it continues
+// after `offset` tokens (offset 0: no prefix).
+struct Row {
+  const Completion* c;
+  int64_t prefix = 0;
+  int64_t offset = 0;
+};
+
+// The index of the first trained token of c (its length when none is trained).
+int64_t FirstTrained(const Completion& c) {
+  for (size_t i = 0; i < c.loss_mask.size(); ++i)
+    if (c.loss_mask[i]) return int64_t(i);
+  return int64_t(c.tokens.size());
+}
+
+// Consecutive completions of one tenant that begin with the same tokens (a GRPO group's prompt)
+// become one prefix row: tokens [0, L) with L = (their common prefix, cut before the first token
+// any of them trains on) - 1, so that the last prefix token, whose logits give the first trained
+// token's log-prob, is in every suffix. Appends the prefixes to `prefixes` and the rows to `rows`.
+void PlanRows(const std::vector<Completion>& cs, bool share,
+              std::vector<std::vector<int32_t>>* prefixes, std::vector<Row>* rows) {
+  size_t i = 0;
+  while (i < cs.size()) {
+    int64_t shared = FirstTrained(cs[i]) - 1;
+    size_t j = i + 1;
+    while (share && j < cs.size()) {
+      int64_t common = 0;
+      const int64_t limit =
+          std::min<int64_t>(std::min(shared, FirstTrained(cs[j]) - 1),
+                            int64_t(std::min(cs[i].tokens.size(), cs[j].tokens.size())));
+      while (common < limit && cs[i].tokens[size_t(common)] == cs[j].tokens[size_t(common)])
+        ++common;
+      if (common < kMinShared) break;
+      shared = common;
+      ++j;
+    }
+    if (j - i >= 2) {
+      const int64_t p = int64_t(prefixes->size());
+      prefixes->emplace_back(cs[i].tokens.begin(), cs[i].tokens.begin() + shared);
+      for (size_t k = i; k < j; ++k) rows->push_back(Row{&cs[k], p, shared});
+    } else {
+      rows->push_back(Row{&cs[i], 0, 0});
+    }
+    i = j;
   }
-  if (rows == 0) return torch::Tensor();
-  auto tokens = torch::zeros({rows, max_len}, torch::kInt64);
-  auto behaviour = torch::zeros({rows, max_len});
-  auto mask = torch::zeros({rows, max_len});
-  model::LoraRouting routing;
-  std::vector<int64_t> first_row(members.size());
-  int64_t r = 0;
+}
+
+// The summed losses of the tenants `members` (rows padded to their bucket's longest), with each
+// tenant's statistics filled into results.
+torch::Tensor BucketLoss(const model::Transformer& model, std::vector<TenantStep>& tenants,
+                         const std::vector<size_t>& members, bool share_prompts,
+                         std::vector<TenantStepResult>* results) {
+  std::vector<std::vector<int32_t>> prefixes;
+  std::vector<Row> rows;
+  std::vector<int64_t> rows_of, prefixes_of;
+  model::LoraRouting routing, prefix_routing;
   for (size_t m = 0; m < members.size(); ++m) {
     const TenantStep& t = tenants[members[m]];
     routing.adapters.push_back(t.adapter);
-    first_row[m] = r;
-    for (const Completion& c : t.completions) {
-      const int64_t n = int64_t(c.tokens.size());
-      tokens[r].narrow(0, 0, n).copy_(
-          torch::tensor(std::vector<int64_t>(c.tokens.begin(), c.tokens.end())));
-      behaviour[r].narrow(0, 0, n).copy_(torch::tensor(c.behaviour_logprobs));
-      mask[r].narrow(0, 0, n).copy_(
-          torch::tensor(std::vector<float>(c.loss_mask.begin(), c.loss_mask.end())));
-      routing.row_adapter.push_back(int32_t(m));
-      ++r;
-    }
+    const size_t rows_before = rows.size(), prefixes_before = prefixes.size();
+    PlanRows(t.completions, share_prompts, &prefixes, &rows);
+    rows_of.push_back(int64_t(rows.size() - rows_before));
+    prefixes_of.push_back(int64_t(prefixes.size() - prefixes_before));
+    routing.row_adapter.insert(routing.row_adapter.end(), rows.size() - rows_before, int32_t(m));
+    prefix_routing.row_adapter.insert(prefix_routing.row_adapter.end(),
+                                      prefixes.size() - prefixes_before, int32_t(m));
+  }
+  prefix_routing.adapters = routing.adapters;
+  if (rows.empty()) return torch::Tensor();
+  int64_t max_len = 2, prefix_len = 0;
+  for (const Row& r : rows) max_len = std::max(max_len, int64_t(r.c->tokens.size()) - r.offset);
+  for (const auto& p : prefixes) prefix_len = std::max(prefix_len, int64_t(p.size()));
+  const int64_t n_rows = int64_t(rows.size());
+  auto tokens = torch::zeros({n_rows, max_len}, torch::kInt64);
+  auto behaviour = torch::zeros({n_rows, max_len});
+  auto mask = torch::zeros({n_rows, max_len});
+  std::vector<int64_t> prefix_of, offset;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const Completion& c = *rows[size_t(r)].c;
+    const int64_t o = rows[size_t(r)].offset, n = int64_t(c.tokens.size()) - o;
+    tokens[r].narrow(0, 0, n).copy_(
+        torch::tensor(std::vector<int64_t>(c.tokens.begin() + o, c.tokens.end())));
+    behaviour[r].narrow(0, 0, n).copy_(torch::tensor(
+        std::vector<float>(c.behaviour_logprobs.begin() + o, c.behaviour_logprobs.end())));
+    mask[r].narrow(0, 0, n).copy_(
+        torch::tensor(std::vector<float>(c.loss_mask.begin() + o, c.loss_mask.end())));
+    prefix_of.push_back(rows[size_t(r)].prefix);
+    offset.push_back(o);
   }
   // Built on the CPU, trained where the model is (one copy each).
   tokens = tokens.to(model.device());
   behaviour = behaviour.to(model.device());
   mask = mask.to(model.device());
+  torch::Tensor prefix_tokens;
+  if (!prefixes.empty()) {
+    prefix_tokens = torch::zeros({int64_t(prefixes.size()), prefix_len}, torch::kInt64);
+    for (size_t p = 0; p < prefixes.size(); ++p) {
+      prefix_tokens[int64_t(p)]
+          .narrow(0, 0, int64_t(prefixes[p].size()))
+          .copy_(torch::tensor(std::vector<int64_t>(prefixes[p].begin(), prefixes[p].end())));
+    }
+  }
+  // The hidden states of the suffix rows, with the LoRA of each row's tenant (or none).
+  auto hidden_of_rows = [&](bool with_lora) {
+    if (prefixes.empty()) return model.Hidden(tokens, with_lora ? &routing : nullptr);
+    return model.HiddenShared(prefix_tokens, with_lora ? &prefix_routing : nullptr, tokens,
+                              with_lora ? &routing : nullptr, prefix_of, offset);
+  };
   // The log-prob of token t comes from the logits at position t - 1. Tenants may sample at
   // different temperatures, so the fused op runs per tenant on its rows.
-  const auto hidden = model.Hidden(tokens, &routing);
+  const auto hidden = hidden_of_rows(true);
   // Split per tenant (a narrow per tenant would make the backward quadratic in tenants: each
   // narrow's gradient is a zero tensor the size of the whole batch).
-  std::vector<int64_t> rows_of;
-  for (size_t k : members) rows_of.push_back(int64_t(tenants[k].completions.size()));
   const std::vector<torch::Tensor> hidden_of = hidden.split_with_sizes(rows_of, 0);
+  std::vector<torch::Tensor> ref_hidden_of;
+  bool any_kl = false;
+  for (size_t k : members) any_kl = any_kl || tenants[k].grpo.kl_beta > 0;
+  if (any_kl) {
+    torch::NoGradGuard no_grad;  // the base: same weights, LoRA off
+    ref_hidden_of = hidden_of_rows(false).split_with_sizes(rows_of, 0);
+  }
   const auto& lm_head = model.weights().lm_head;
   torch::Tensor total;
+  int64_t first_row = 0;
   for (size_t m = 0; m < members.size(); ++m) {
     const TenantStep& t = tenants[members[m]];
-    const int64_t n = int64_t(t.completions.size());
+    const int64_t n = rows_of[m], row0 = first_row;
+    first_row += n;
     if (n == 0) continue;
     auto h = hidden_of[m].narrow(1, 0, max_len - 1);
     auto logits = torch::matmul(h, lm_head.t()).reshape({n * (max_len - 1), -1});
-    auto targets = tokens.narrow(0, first_row[m], n).narrow(1, 1, max_len - 1).reshape({-1});
+    auto targets = tokens.narrow(0, row0, n).narrow(1, 1, max_len - 1).reshape({-1});
     auto logp = model::TokenLogprobs(logits, targets, t.temperature).view({n, max_len - 1});
     std::vector<float> adv;
-    for (const Completion& c : t.completions) adv.push_back(c.advantage);
-    TenantBatch b{logp, behaviour.narrow(0, first_row[m], n).narrow(1, 1, max_len - 1),
-                  mask.narrow(0, first_row[m], n).narrow(1, 1, max_len - 1),
+    for (int64_t r = row0; r < row0 + n; ++r) adv.push_back(rows[size_t(r)].c->advantage);
+    TenantBatch b{logp, behaviour.narrow(0, row0, n).narrow(1, 1, max_len - 1),
+                  mask.narrow(0, row0, n).narrow(1, 1, max_len - 1),
                   torch::tensor(adv).to(model.device()), torch::Tensor()};
     if (t.grpo.kl_beta > 0) {
-      torch::NoGradGuard no_grad;  // the base: same weights, LoRA off
-      auto ref_hidden =
-          model.Hidden(tokens.narrow(0, first_row[m], n), nullptr).narrow(1, 0, max_len - 1);
-      auto ref_logits = torch::matmul(ref_hidden, lm_head.t()).reshape({n * (max_len - 1), -1});
+      torch::NoGradGuard no_grad;
+      auto ref_logits = torch::matmul(ref_hidden_of[m].narrow(1, 0, max_len - 1), lm_head.t())
+                            .reshape({n * (max_len - 1), -1});
       b.ref_logprobs =
           model::TokenLogprobs(ref_logits, targets, t.temperature).view({n, max_len - 1});
     }
@@ -81,7 +162,15 @@ torch::Tensor BucketLoss(const model::Transformer& model, std::vector<TenantStep
     res.loss = loss.loss.item<double>();
     res.clip_fraction = loss.clip_fraction;
     res.tokens = loss.tokens;
-    res.padded_tokens = n * max_len;
+    res.padded_tokens = n * max_len + prefixes_of[m] * prefix_len;
+    // Padded to its own longest suffix and prefix instead of the bucket's.
+    int64_t own_len = 0, own_prefix = 0;
+    for (int64_t r = row0; r < row0 + n; ++r) {
+      const Row& row = rows[size_t(r)];
+      own_len = std::max(own_len, int64_t(row.c->tokens.size()) - row.offset);
+      own_prefix = std::max(own_prefix, row.offset);
+    }
+    res.own_padded_tokens = n * own_len + prefixes_of[m] * own_prefix;
     total = total.defined() ? total + loss.loss : loss.loss;
   }
   return total;
@@ -90,7 +179,8 @@ torch::Tensor BucketLoss(const model::Transformer& model, std::vector<TenantStep
 }  // namespace
 
 std::vector<TenantStepResult> MultiTenantStep(const model::Transformer& model,
-                                              std::vector<TenantStep>& tenants) {
+                                              std::vector<TenantStep>& tenants,
+                                              bool share_prompts) {
   std::vector<TenantStepResult> results(tenants.size());
   // Tenants sorted by their longest completion, cut into buckets whose rows are padded to the
   // bucket's longest: short-answer tenants do not pay for long ones. A new bucket starts when
@@ -114,7 +204,7 @@ std::vector<TenantStepResult> MultiTenantStep(const model::Transformer& model,
     size_t j = i + 1;
     while (j < order.size() && longest[order[j]] * 2 >= longest[order[i]])
       bucket.push_back(order[j++]);
-    torch::Tensor loss = BucketLoss(model, tenants, bucket, &results);
+    torch::Tensor loss = BucketLoss(model, tenants, bucket, share_prompts, &results);
     if (loss.defined()) total = total.defined() ? total + loss : loss;
     i = j;
   }

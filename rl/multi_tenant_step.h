@@ -4,6 +4,9 @@
 // tenant's loss is normalised on its own tokens, the losses are summed and backpropagated once,
 // and then each tenant's gradient is clipped and its own AdamW steps. Because adapters are
 // disjoint parameters, each tenant ends exactly where a separate step would have taken it.
+// Prompt sharing: consecutive completions of a tenant that start with the same tokens (a GRPO
+// group's prompt) have that prefix computed once (model::Transformer::HiddenShared); losses and
+// gradients are those of the unshared step up to rounding.
 // Trainer thread only.
 #pragma once
 
@@ -36,10 +39,13 @@ struct TenantStepResult {
   double clip_fraction = 0;
   double grad_norm = 0;
   int64_t tokens = 0;
-  int64_t padded_tokens = 0;  // positions its rows took in the padded batch (rows x bucket length)
+  int64_t padded_tokens = 0;  // positions its rows took in the padded batch (rows x bucket length,
+                              // plus its shared prefixes x the bucket's longest prefix)
+  int64_t own_padded_tokens = 0;  // the same, padded to its own longest suffix and prefix
 };
 
 std::vector<TenantStepResult> MultiTenantStep(const model::Transformer& model,
-                                              std::vector<TenantStep>& tenants);
+                                              std::vector<TenantStep>& tenants,
+                                              bool share_prompts = true);
 
 }  // namespace marlaas::rl

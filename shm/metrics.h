@@ -94,8 +94,9 @@ struct TenantMetrics {
   uint64_t work_ns;
   uint64_t tool_ns;
   uint64_t tool_calls;
-  // Trainer: tokens of its trained rows, each padded to the longest row of its tenant's step
-  // (what the rows take in a batch of their own; the simulator buckets tenants by it).
+  // Trainer: positions computed for its trained rows in a batch of their own: each row's part
+  // after its shared prompt padded to the step's longest, plus each shared prompt once
+  // (rl::TenantStepResult::own_padded_tokens; the simulator buckets tenants by it per row).
   uint64_t padded_tokens;
   char last_error[96];  // the latest problem of this tenant in this stage ("" when none)
 };

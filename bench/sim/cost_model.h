@@ -46,8 +46,9 @@ struct TaskCost {
   double verify_s = 0;           // verifier work to score one group
   double tool_s = 0;             // verifier work for one tool call
   double degenerate = 0;         // fraction of groups whose rewards were all equal (not trained)
-  // Tokens a trained row (prompt, completion, tool results) takes when padded to the longest row
-  // of its tenant's step. The simulated trainer buckets tenants by it as rl::MultiTenantStep does.
+  // Positions a trained row takes in its tenant's step (its share of the group's prompt, computed
+  // once, and the rest padded to the step's longest). The simulated trainer buckets tenants by
+  // it as rl::MultiTenantStep does.
   double trained_tokens = 24;
 };
 

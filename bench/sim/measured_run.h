@@ -26,7 +26,7 @@ struct TaskCostSums {
   uint64_t tool_calls = 0, tool_ns = 0;                // verifier: tool calls
   uint64_t groups_trained = 0, groups_degenerate = 0;  // trainer
   uint64_t rows_trained = 0, tokens_trained = 0;       // trainer
-  uint64_t padded_tokens_trained = 0;  // trainer: rows padded to their tenant's step's longest
+  uint64_t padded_tokens_trained = 0;  // trainer: positions computed (shm/metrics.h)
 };
 
 struct RunCosts {

@@ -498,14 +498,12 @@ bool Trainer::TrainReady(bool under_pressure) {
   for (size_t k = 0; k < stepping.size(); ++k) {
     if (step_of[k] == SIZE_MAX) continue;
     const rl::TenantStep& st = steps[step_of[k]];
-    size_t tenant_tokens = 0, longest = 0;
-    for (const rl::Completion& c : st.completions) {
-      tenant_tokens += c.tokens.size();
-      longest = std::max(longest, c.tokens.size());
-    }
+    size_t tenant_tokens = 0;
+    for (const rl::Completion& c : st.completions) tenant_tokens += c.tokens.size();
     stepping[k]->metrics.samples += st.completions.size();  // trained (non-degenerate) rows
     stepping[k]->metrics.tokens += tenant_tokens;
-    stepping[k]->metrics.padded_tokens += st.completions.size() * longest;
+    // Positions computed for it, padded to its own longest (shared prompts counted once).
+    stepping[k]->metrics.padded_tokens += size_t(results[step_of[k]].own_padded_tokens);
     rows += st.completions.size();
     padded += size_t(results[step_of[k]].padded_tokens);
   }

@@ -168,6 +168,48 @@ TEST(TransformerTest, BatchedMultiLoraEqualsPerRowMergedWeights) {
   }
 }
 
+// Property: sequences that share prefixes, computed with each prefix once (HiddenShared), get the
+// hidden states of the whole sequences computed alone, with each row's adapter (some none) in
+// the prefix and the rest; rows continue a prefix, part of one, or none.
+TEST(TransformerTest, SharedPrefixHiddenStatesEqualThoseOfTheWholeSequences) {
+  auto w = LoadOrDie(kData + "/llama");
+  ASSERT_TRUE(w);
+  std::mt19937 rng(53);
+  torch::manual_seed(53);
+  Transformer model(w);
+  for (int trial = 0; trial < 3; ++trial) {
+    auto adapters = RandomAdapters(*w, 2, rng);
+    const int64_t V = w->config.vocab_size;
+    // Prefix 0 (7 tokens, adapter 0) and prefix 1 (4 tokens, padded to 7, no adapter).
+    auto prefix = torch::randint(V, {2, 7}, torch::kInt64);
+    const std::vector<int64_t> prefix_len = {7, 4};
+    LoraRouting prefix_routing{{&adapters[0], &adapters[1]}, {0, -1}};
+    // Suffix rows: two continue prefix 0, one prefix 1, one only prefix 0's first 3 tokens (a
+    // shorter share), one none; right-padded to 5.
+    const std::vector<int64_t> prefix_of = {0, 0, 1, 0, 0}, offset = {7, 7, 4, 3, 0};
+    const std::vector<int64_t> suffix_len = {5, 2, 4, 3, 5};
+    auto suffix = torch::randint(V, {5, 5}, torch::kInt64);
+    // A row's adapter must be its prefix's where it has one (the same tenant).
+    LoraRouting suffix_routing{{&adapters[0], &adapters[1]}, {0, 0, -1, 0, 1}};
+    for (bool grad : {false, true}) {
+      torch::AutoGradMode mode(grad);
+      auto got =
+          model.HiddenShared(prefix, &prefix_routing, suffix, &suffix_routing, prefix_of, offset);
+      ASSERT_EQ(got.sizes(), torch::IntArrayRef({5, 5, w->config.hidden_size}));
+      for (int64_t b = 0; b < 5; ++b) {
+        const int64_t o = offset[size_t(b)], n = suffix_len[size_t(b)];
+        auto whole =
+            torch::cat({prefix[prefix_of[size_t(b)]].narrow(0, 0, o), suffix[b].narrow(0, 0, n)})
+                .unsqueeze(0);
+        LoraRouting one{{&adapters[0], &adapters[1]}, {suffix_routing.row_adapter[size_t(b)]}};
+        auto want = model.Hidden(whole, &one).narrow(1, o, n).detach();
+        EXPECT_LT(MaxAbsDiff(got.narrow(0, b, 1).narrow(1, 0, n).detach(), want), 1e-4)
+            << "trial " << trial << " row " << b << " grad " << grad;
+      }
+    }
+  }
+}
+
 // Property: the gradients each adapter receives from a batched multi-LoRA backward equal those
 // of its own rows through merged weights W + s·B·A with A, B as the leaves.
 TEST(TransformerTest, MultiLoraGradientsEqualMergedWeightGradients) {

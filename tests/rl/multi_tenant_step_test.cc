@@ -116,6 +116,67 @@ TEST(MultiTenantStepTest, BatchedStepEqualsSeparatePerTenantSteps) {
       << "the step should move the parameters";
 }
 
+// `groups` GRPO groups of `g` completions: each group's completions share a random prompt of
+// 6-20 tokens; in every group the first two completions also agree on their first two generated
+// tokens (sharing must stop before the first trained token anyway).
+Tenant MakeGroupedTenant(const model::BaseWeights& w, uint64_t seed, int groups, int g,
+                         float temperature) {
+  Tenant t = MakeTenant(w, 4, (1u << kNumLoraTargets) - 1, seed, 0, temperature);
+  std::mt19937 rng(uint32_t(seed) * 7 + 1);
+  const auto vocab = uint32_t(w.config.vocab_size);
+  for (int k = 0; k < groups; ++k) {
+    const int prompt = 6 + int(rng() % 15);
+    std::vector<int32_t> p;
+    for (int j = 0; j < prompt; ++j) p.push_back(int32_t(rng() % vocab));
+    const int32_t a = int32_t(rng() % vocab), b = int32_t(rng() % vocab);
+    for (int i = 0; i < g; ++i) {
+      Completion c;
+      c.tokens = p;
+      c.loss_mask.assign(p.size(), 0);
+      c.behaviour_logprobs.assign(p.size(), 0.0f);
+      const int gen = 2 + int(rng() % 7);
+      for (int j = 0; j < gen; ++j) {
+        c.tokens.push_back(i < 2 && j < 2 ? (j == 0 ? a : b) : int32_t(rng() % vocab));
+        c.loss_mask.push_back(1);
+        c.behaviour_logprobs.push_back(-5.0f - float(rng() % 100) / 50.0f);
+      }
+      c.advantage = float(int(rng() % 5) - 2);
+      t.completions.push_back(c);
+    }
+  }
+  return t;
+}
+
+// Computing each group's prompt once gives the losses, gradients and updates of the unshared
+// step, and computes fewer positions.
+TEST(MultiTenantStepTest, SharingEachGroupsPromptChangesNothingButTheWork) {
+  auto w = *model::BaseWeights::Load(kData + "/llama");
+  model::Transformer model(w);
+  std::vector<Tenant> shared, unshared;
+  for (auto* set : {&shared, &unshared}) {
+    set->push_back(MakeGroupedTenant(*w, 1, 2, 4, 1.0f));
+    set->push_back(MakeGroupedTenant(*w, 2, 3, 3, 0.7f));
+    set->push_back(MakeTenant(*w, 4, (1u << kNumLoraTargets) - 1, 3, 3, 1.0f));  // no groups
+  }
+  std::vector<TenantStep> a, b;
+  for (auto& t : shared) a.push_back(StepOf(t));  // with the KL term: the base path shares too
+  for (auto& t : unshared) b.push_back(StepOf(t));
+  const auto ra = MultiTenantStep(model, a, /*share_prompts=*/true);
+  const auto rb = MultiTenantStep(model, b, /*share_prompts=*/false);
+  for (size_t k = 0; k < 3; ++k) {
+    EXPECT_NEAR(ra[k].loss, rb[k].loss, 1e-5) << k;
+    EXPECT_NEAR(ra[k].grad_norm, rb[k].grad_norm, 1e-4 * std::max(1.0, rb[k].grad_norm)) << k;
+    EXPECT_EQ(ra[k].tokens, rb[k].tokens) << k;
+    const double diff =
+        (shared[k].adapter->flat() - unshared[k].adapter->flat()).abs().max().item<double>();
+    EXPECT_LT(diff, 1e-6) << "tenant " << k;
+  }
+  EXPECT_LT(ra[0].padded_tokens, rb[0].padded_tokens);
+  EXPECT_LT(ra[1].own_padded_tokens, rb[1].own_padded_tokens);
+  EXPECT_EQ(ra[2].own_padded_tokens, rb[2].own_padded_tokens);  // nothing to share
+  EXPECT_GT(ra[0].grad_norm, 0);
+}
+
 // One tenant, one completion with positive advantage: steps raise its log-probability.
 TEST(MultiTenantStepTest, PositiveAdvantageRaisesTheCompletionsLogProb) {
   auto w = *model::BaseWeights::Load(kData + "/llama");
