@@ -1,9 +1,12 @@
 // bench_train_step: the trainer's GRPO step (rl::MultiTenantStep) on the built-in tiny base's
 // shape (random weights, LoRA rank 8 on every target), one compute thread: milliseconds per step
 // and trained tokens/s for a batch of R rows of L tokens (half prompt, half completion), split
-// over T tenants. It tells where the trainer's time goes as batches grow. Target: the step for
-// 256 rows split over 32 tenants within 1.5x of the same rows for one tenant. Exit 1 when a full
-// run misses it. MARLAAS_BENCH_TRACE=FILE also writes a chrome trace of one step per shape.
+// over T tenants. It tells where the trainer's time goes as batches grow. Rows may come in GRPO
+// groups of G whose prompt is the same (rl::MultiTenantStep computes it once; "shared" no:
+// computed per row, as before prompt sharing). Targets: the step for 256 rows split over 32
+// tenants within 1.5x of the same rows for one tenant; 256 rows of 64 tokens in groups of 4 with
+// the prompt shared at most 0.8x the time of the same step unshared. Exit 1 when a full run
+// misses one. MARLAAS_BENCH_TRACE=FILE also writes a chrome trace of one step per shape.
 //
 //   bench_train_step [--json FILE] [--quick]
 #include <torch/csrc/autograd/profiler_legacy.h>
@@ -24,12 +27,13 @@ namespace marlaas::bench {
 namespace {
 
 struct Row {
-  int tenants, rows, len;
+  int tenants, rows, len, group;
+  bool shared;
   double ms_per_step, tokens_per_s;
 };
 
 Row Measure(const std::shared_ptr<const model::BaseWeights>& w, int tenants, int rows, int len,
-            int reps) {
+            int group, bool shared, int reps) {
   const model::Transformer model(w);
   std::vector<std::unique_ptr<model::LoraAdapter>> adapters;
   std::vector<std::unique_ptr<torch::optim::AdamW>> opts;
@@ -44,31 +48,42 @@ Row Measure(const std::shared_ptr<const model::BaseWeights>& w, int tenants, int
     steps[size_t(t)].adapter = adapters.back().get();
     steps[size_t(t)].optimizer = opts.back().get();
   }
+  std::vector<std::vector<int32_t>> prompt(static_cast<size_t>(tenants));
   for (int r = 0; r < rows; ++r) {
+    // Rows r, r + tenants, ... go to tenant r % tenants: a group is `group` consecutive rows of
+    // it, with one prompt.
+    std::vector<int32_t>& p = prompt[size_t(r % tenants)];
+    if (group > 0 && (r / tenants) % group == 0) {
+      p.clear();
+      for (int j = 0; j < len / 2; ++j)
+        p.push_back(int32_t(rng() % uint32_t(w->config.vocab_size)));
+    }
     rl::Completion c;
     for (int j = 0; j < len; ++j) {
-      c.tokens.push_back(int32_t(rng() % uint32_t(w->config.vocab_size)));
+      c.tokens.push_back(group > 0 && j < len / 2
+                             ? p[size_t(j)]
+                             : int32_t(rng() % uint32_t(w->config.vocab_size)));
       c.loss_mask.push_back(j >= len / 2 ? 1 : 0);
       c.behaviour_logprobs.push_back(j >= len / 2 ? -3.0f : 0.0f);
     }
     c.advantage = float(int(rng() % 3) - 1);
     steps[size_t(r % tenants)].completions.push_back(std::move(c));
   }
-  rl::MultiTenantStep(model, steps);                             // warm-up
+  rl::MultiTenantStep(model, steps, shared);                     // warm-up
   if (const char* trace = std::getenv("MARLAAS_BENCH_TRACE")) {  // a chrome trace of one step
     const std::string trace_path = trace;
     torch::autograd::profiler::RecordProfile guard(trace_path);
-    rl::MultiTenantStep(model, steps);
+    rl::MultiTenantStep(model, steps, shared);
   }
   std::vector<double> ms;
   for (int i = 0; i < reps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    rl::MultiTenantStep(model, steps);
+    rl::MultiTenantStep(model, steps, shared);
     ms.push_back(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   const double p50 = Percentile(ms, 50);
-  return {tenants, rows, len, p50, double(rows) * len / (p50 / 1000)};
+  return {tenants, rows, len, group, shared, p50, double(rows) * len / (p50 / 1000)};
 }
 
 int Run(int argc, char** argv) {
@@ -79,34 +94,62 @@ int Run(int argc, char** argv) {
   const int reps = args.quick ? 2 : 5;
   std::vector<Row> rows;
   struct Shape {
-    int tenants, rows, len;
+    int tenants, rows, len, group = 0;
+    bool shared = true;
   };
   const std::vector<Shape> shapes =
-      args.quick
-          ? std::vector<Shape>{{1, 16, 16}, {4, 16, 16}}
-          : std::vector<Shape>{{1, 16, 16},  {1, 64, 16},  {1, 256, 16}, {1, 16, 64},  {1, 64, 64},
-                               {1, 256, 64}, {8, 256, 16}, {8, 256, 64}, {32, 256, 16}};
-  std::printf("%8s %6s %5s %12s %12s\n", "tenants", "rows", "len", "ms/step", "tokens/s");
+      args.quick ? std::vector<Shape>{{1, 16, 16},
+                                      {4, 16, 16},
+                                      {4, 16, 16, 4, true},
+                                      {4, 16, 16, 4, false}}
+                 : std::vector<Shape>{{1, 16, 16},           {1, 64, 16},
+                                      {1, 256, 16},          {1, 16, 64},
+                                      {1, 64, 64},           {1, 256, 64},
+                                      {8, 256, 16},          {8, 256, 64},
+                                      {8, 256, 64, 4, true}, {8, 256, 64, 4, false},
+                                      {32, 256, 16}};
+  std::printf("%8s %6s %5s %6s %7s %12s %12s\n", "tenants", "rows", "len", "group", "shared",
+              "ms/step", "tokens/s");
   std::vector<std::string> objects;
   for (const Shape& s : shapes) {
-    const Row r = Measure(w, s.tenants, s.rows, s.len, reps);
+    const Row r = Measure(w, s.tenants, s.rows, s.len, s.group, s.shared, reps);
     rows.push_back(r);
-    std::printf("%8d %6d %5d %12.1f %12.0f\n", r.tenants, r.rows, r.len, r.ms_per_step,
-                r.tokens_per_s);
+    std::printf("%8d %6d %5d %6d %7s %12.1f %12.0f\n", r.tenants, r.rows, r.len, r.group,
+                r.group == 0 ? "-"
+                : r.shared   ? "yes"
+                             : "no",
+                r.ms_per_step, r.tokens_per_s);
     std::fflush(stdout);
     objects.push_back("{\"tenants\":" + std::to_string(r.tenants) +
                       ",\"rows\":" + std::to_string(r.rows) + ",\"len\":" + std::to_string(r.len) +
+                      ",\"group\":" + std::to_string(r.group) +
+                      ",\"shared\":" + (r.shared ? "true" : "false") +
                       ",\"ms_per_step\":" + JsonNumber(r.ms_per_step) +
                       ",\"tokens_per_s\":" + JsonNumber(r.tokens_per_s) + "}");
   }
   // The multi-tenant step must not grow with the number of tenants sharing a batch (a narrow per
   // tenant once made a 32-tenant step ~6x one tenant's): the same rows and length split over the
   // most tenants against one tenant.
-  const Row& many = rows.back();
+  const Row* last_plain = nullptr;
+  for (const Row& r : rows)
+    if (r.group == 0) last_plain = &r;
+  const Row& many = *last_plain;
   const Row* one = nullptr;
   for (const Row& r : rows)
-    if (r.tenants == 1 && r.rows == many.rows && r.len == many.len) one = &r;
+    if (r.group == 0 && r.tenants == 1 && r.rows == many.rows && r.len == many.len) one = &r;
+  // Prompt sharing: the grouped shape shared against the same shape unshared.
+  const Row *with = nullptr, *without = nullptr;
+  for (const Row& r : rows) {
+    if (r.group > 0 && r.shared) with = &r;
+    if (r.group > 0 && !r.shared) without = &r;
+  }
   std::vector<Target> targets;
+  if (with != nullptr && without != nullptr) {
+    targets.push_back({"prompt shared / not, ms per step (" + std::to_string(with->rows) +
+                           " rows of " + std::to_string(with->len) + " in groups of " +
+                           std::to_string(with->group) + ")",
+                       with->ms_per_step / without->ms_per_step, 0.8, false});
+  }
   if (one != nullptr) {
     targets.push_back({std::to_string(many.tenants) + " tenants / 1 tenant, ms per step (" +
                            std::to_string(many.rows) + " rows of " + std::to_string(many.len) + ")",
