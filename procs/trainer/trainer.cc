@@ -684,8 +684,9 @@ Status Trainer::WarmUp() {
   step.optimizer = &optimizer;
   const int32_t vocab = int32_t(base_->config.vocab_size);
   for (int row = 0; row < 4; ++row) {
+    // One group: a shared 12-token prompt (the step computes it once), then each row's own.
     rl::Completion c;
-    for (int32_t i = 0; i < 24; ++i) c.tokens.push_back((row * 31 + i * 7) % vocab);
+    for (int32_t i = 0; i < 24; ++i) c.tokens.push_back(((i < 12 ? 0 : row * 31) + i * 7) % vocab);
     c.behaviour_logprobs.assign(c.tokens.size(), -1.0f);
     c.loss_mask.assign(c.tokens.size(), 0);
     for (size_t i = 12; i < c.tokens.size(); ++i) c.loss_mask[i] = 1;
