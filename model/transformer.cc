@@ -120,16 +120,22 @@ std::pair<torch::Tensor, torch::Tensor> Transformer::SharedBlock(
   auto k_all = torch::cat({kp.index_select(0, prefix_index), ks}, 2);
   auto v_all = torch::cat({vp.index_select(0, prefix_index), vs}, 2);
   const int64_t group = c.num_heads / c.num_kv_heads;
-  if (group > 1) {
-    kp = kp.repeat_interleave(group, 1);
-    vp = vp.repeat_interleave(group, 1);
-    k_all = k_all.repeat_interleave(group, 1);
-    v_all = v_all.repeat_interleave(group, 1);
-  }
   const double scale = 1.0 / std::sqrt(double(D));
   const float inf = std::numeric_limits<float>::infinity();
-  auto scores_s = torch::matmul(qs, k_all.transpose(-2, -1)) * scale;
-  auto attn_s = torch::matmul(torch::softmax(scores_s.masked_fill(masked, -inf), -1), v_all);
+  // Grouped-query attention without repeating keys and values per head: the `group` query heads
+  // of a key head (head = kv * group + g) are stacked along time. q [R, H, T, D], k and v
+  // [R, KV, S, D], masked broadcastable to [R, H, T, S]; returns [R, H, T, D].
+  auto attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                    const torch::Tensor& masked) {
+    const int64_t R = q.size(0), T = q.size(2), S = k.size(2);
+    auto scores = torch::matmul(q.reshape({R, c.num_kv_heads, group * T, D}), k.transpose(-2, -1))
+                      .view({R, c.num_heads, T, S}) *
+                  scale;
+    auto weights = torch::softmax(scores.masked_fill(masked, -inf), -1);
+    return torch::matmul(weights.view({R, c.num_kv_heads, group * T, S}), v)
+        .view({R, c.num_heads, T, D});
+  };
+  auto attn_s = attend(qs, k_all, v_all, masked);
   auto finish = [&](const torch::Tensor& x, const torch::Tensor& attn, int64_t rows, int64_t T,
                     const LoraSegments* lora) {
     auto a = attn.transpose(1, 2).reshape({rows * T, c.num_heads * D});
@@ -138,10 +144,8 @@ std::pair<torch::Tensor, torch::Tensor> Transformer::SharedBlock(
   };
   torch::Tensor out_p;  // the last layer's prefix output is not needed: its keys and values are
   if (prefix_out) {
-    auto scores_p = torch::matmul(qp, kp.transpose(-2, -1)) * scale;
     auto causal = torch::ones({Lp, Lp}, xp.options().dtype(torch::kBool)).triu(1);
-    auto attn_p = torch::matmul(torch::softmax(scores_p.masked_fill(causal, -inf), -1), vp);
-    out_p = finish(xp, attn_p, P, Lp, lora_p);
+    out_p = finish(xp, attend(qp, kp, vp, causal), P, Lp, lora_p);
   }
   return {out_p, finish(xs, attn_s, B, Ls, lora_s)};
 }

@@ -182,9 +182,11 @@ std::vector<TenantStepResult> MultiTenantStep(const model::Transformer& model,
                                               std::vector<TenantStep>& tenants,
                                               bool share_prompts) {
   std::vector<TenantStepResult> results(tenants.size());
-  // Tenants sorted by their longest completion, cut into buckets whose rows are padded to the
-  // bucket's longest: short-answer tenants do not pay for long ones. A new bucket starts when
-  // padding to its first (longest) tenant would more than double a tenant's tokens.
+  // Tenants sorted by their longest row (what follows its shared prompt, if any), cut into
+  // buckets whose rows are padded to the bucket's longest: short-answer tenants do not pay for
+  // long ones. A new bucket starts when padding to its first (longest) tenant would more than
+  // double a tenant's tokens. (Shared prompts are padded to the bucket's longest prompt too, but
+  // there is one per group.)
   std::vector<size_t> order(tenants.size());
   std::vector<int64_t> longest(tenants.size(), 0);
   for (size_t k = 0; k < tenants.size(); ++k) {
@@ -193,8 +195,12 @@ std::vector<TenantStepResult> MultiTenantStep(const model::Transformer& model,
       TORCH_CHECK(
           c.tokens.size() == c.behaviour_logprobs.size() && c.tokens.size() == c.loss_mask.size(),
           "tokens, behaviour log-probs and loss mask must align");
-      longest[k] = std::max<int64_t>(longest[k], int64_t(c.tokens.size()));
     }
+    std::vector<std::vector<int32_t>> prefixes;
+    std::vector<Row> rows;
+    PlanRows(tenants[k].completions, share_prompts, &prefixes, &rows);
+    for (const Row& r : rows)
+      longest[k] = std::max<int64_t>(longest[k], int64_t(r.c->tokens.size()) - r.offset);
   }
   std::sort(order.begin(), order.end(),
             [&](size_t a, size_t b) { return longest[a] > longest[b]; });
