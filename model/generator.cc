@@ -1,6 +1,8 @@
 #include "model/generator.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <map>
 
 namespace marlaas::model {
 
@@ -29,15 +31,33 @@ std::vector<GenerationResult> Generator::Step() {
   std::vector<GenerationResult> done;
   if (seqs_.empty()) return done;
   torch::NoGradGuard no_grad;
+  // A joining sequence with the same prompt and adapter as an earlier joining one (a GRPO group's
+  // completions) is not computed: after the pass it copies that one's cache and logits, which
+  // are exactly what it would have computed. row_of: its row in the packed forward (its
+  // leader's for a copy).
+  std::vector<int64_t> row_of(seqs_.size(), -1);
+  std::vector<int64_t> leader(seqs_.size(), -1);
+  std::map<std::pair<int64_t, std::vector<int32_t>>, size_t> joining;
   std::vector<torch::Tensor> inputs;
   std::vector<KvCache*> caches;
   LoraRouting routing;
-  last_step_ = StepShape{seqs_.size(), 0, 0};
+  last_step_ = StepShape{0, 0, 0};
   std::vector<bool> slot_seen(pool_ ? size_t(pool_->slots()) : 0);  // distinct adapters
-  for (auto& s : seqs_) {
+  for (size_t b = 0; b < seqs_.size(); ++b) {
+    Sequence* s = seqs_[b].get();
+    if (!s->prefilled) {
+      const int64_t adapter =
+          pool_ ? int64_t(s->pool_slot) : int64_t(reinterpret_cast<intptr_t>(s->req.adapter.get()));
+      auto [it, fresh] = joining.emplace(std::make_pair(adapter, s->req.prompt), b);
+      if (!fresh) {
+        leader[b] = int64_t(it->second);
+        continue;
+      }
+    }
     const std::vector<int32_t>& in =
         s->prefilled ? std::vector<int32_t>{s->result.tokens.back()} : s->req.prompt;
     last_step_.tokens += in.size();
+    row_of[b] = int64_t(inputs.size());
     inputs.push_back(torch::tensor(std::vector<int64_t>(in.begin(), in.end()), torch::kInt64));
     caches.push_back(&s->cache);
     int32_t index = -1;
@@ -54,6 +74,7 @@ std::vector<GenerationResult> Generator::Step() {
     }
     routing.row_adapter.push_back(index);
   }
+  last_step_.rows = inputs.size();
   if (pool_) {
     routing.pool = pool_.get();
   } else {
@@ -61,13 +82,18 @@ std::vector<GenerationResult> Generator::Step() {
   }
   // Sampling runs on the CPU (per-row streams, top-k/top-p): one copy of [rows, vocab] a step.
   auto logits = model_.Step(inputs, caches, &routing).to(torch::kCPU).contiguous();
+  for (size_t b = 0; b < seqs_.size(); ++b) {
+    if (leader[b] < 0) continue;
+    seqs_[b]->cache.CopyFrom(seqs_[size_t(leader[b])]->cache);
+    row_of[b] = row_of[size_t(leader[b])];
+  }
   const int32_t vocab = int32_t(logits.size(1));
   std::vector<std::unique_ptr<Sequence>> still;
   for (size_t b = 0; b < seqs_.size(); ++b) {
     Sequence& s = *seqs_[b];
     s.prefilled = true;
-    const Sampled pick =
-        SampleToken(logits.data_ptr<float>() + b * size_t(vocab), vocab, s.req.sampling, &s.rng);
+    const Sampled pick = SampleToken(logits.data_ptr<float>() + size_t(row_of[b]) * size_t(vocab),
+                                     vocab, s.req.sampling, &s.rng);
     s.result.tokens.push_back(pick.token);
     s.result.logprobs.push_back(pick.logprob);
     const bool stop = std::find(s.req.stop_tokens.begin(), s.req.stop_tokens.end(), pick.token) !=

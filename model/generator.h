@@ -38,7 +38,7 @@ struct GenerationResult {
 
 // What one Step computed: its cost drivers (the simulator's calibration, bench/sim).
 struct StepShape {
-  size_t rows = 0;      // sequences in the packed forward
+  size_t rows = 0;      // rows in the packed forward (sequences joining with one prompt: one)
   size_t tokens = 0;    // tokens in it: a prompt for each joining sequence, 1 for the others
   size_t adapters = 0;  // distinct adapters (LoRA segments)
 };

@@ -26,6 +26,7 @@ class KvArena {
   void Reserve(int64_t capacity);
 
   int64_t slots() const { return slots_; }
+  int layers() const { return int(k_.size()); }
   int64_t capacity() const { return capacity_; }
   int64_t in_use() const { return slots_ - int64_t(free_.size()); }
   // [slots, kv_heads, capacity, head_dim] of `layer`; valid until the next Acquire or Reserve.

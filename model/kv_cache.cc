@@ -38,6 +38,18 @@ void KvCache::Append(int layer, const torch::Tensor& k, const torch::Tensor& v) 
   arena_->values(layer).select(0, slot_).narrow(1, length_, t).copy_(v);
 }
 
+void KvCache::CopyFrom(const KvCache& other) {
+  TORCH_CHECK(other.arena_ == arena_, "KvCache::CopyFrom needs a cache of the same arena");
+  const int64_t n = other.length_;
+  arena_->Reserve(n);
+  for (int l = 0; l < arena_->layers(); ++l) {
+    for (const torch::Tensor* t : {&arena_->keys(l), &arena_->values(l)}) {
+      t->select(0, slot_).narrow(1, 0, n).copy_(t->select(0, other.slot_).narrow(1, 0, n));
+    }
+  }
+  length_ = n;
+}
+
 torch::Tensor KvCache::Keys(int layer, int64_t pending) const {
   return arena_->keys(layer).select(0, slot_).narrow(1, 0, length_ + pending);
 }

@@ -34,6 +34,9 @@ class KvCache {
   torch::Tensor Keys(int layer, int64_t pending) const;
   torch::Tensor Values(int layer, int64_t pending) const;
   void Clear() { length_ = 0; }
+  // Becomes a copy of `other` (same arena): its length and every layer's keys and values. For a
+  // sequence whose prompt another one just computed.
+  void CopyFrom(const KvCache& other);
 
   KvArena* arena() const { return arena_.get(); }
   int64_t slot() const { return slot_; }

@@ -50,6 +50,9 @@ struct Sequence {
   int tenant = 0;
   int length = 1, tool_at = -1, generated = 0;
   double prefill = 0;  // tokens to prefill at its next pass (0: decodes one token)
+  // It joins with its group's prompt, which the group's first sequence computes in the same pass
+  // (model::Generator): no row, no tokens of its own in that pass.
+  bool copies_prompt = false;
 };
 
 class Simulator {
@@ -207,7 +210,8 @@ void Simulator::StartGroup(Replica& r, Tenant& t) {
     q.length = std::max(1, int(lo) + (u(rng_) < mean - lo ? 1 : 0));
     if (u(rng_) < std::min(1.0, t.task->tool_calls) && q.length >= 2)
       q.tool_at = std::clamp(int(std::lround(kToolAt * q.length)), 1, q.length - 1);
-    q.prefill = t.task->prompt_tokens;
+    q.prefill = i == 0 ? t.task->prompt_tokens : 0;
+    q.copies_prompt = i > 0;
     r.active.push_back(int(seqs_.size()));
     seqs_.push_back(q);
   }
@@ -278,17 +282,19 @@ void Simulator::KickReplica(Replica& r) {
   StartGroups(r);
   if (r.active.empty()) return;  // idle: woken by the trainer, a tool result or an admission
   std::vector<int> batch = r.active;
-  double tokens = 0;
+  double tokens = 0, rows = 0;
   std::set<int> adapters;
   for (int q : batch) {
-    tokens += seqs_[size_t(q)].prefill > 0 ? seqs_[size_t(q)].prefill : 1;
-    adapters.insert(seqs_[size_t(q)].tenant);
+    const Sequence& sq = seqs_[size_t(q)];
+    adapters.insert(sq.tenant);
+    if (sq.copies_prompt) continue;
+    tokens += sq.prefill > 0 ? sq.prefill : 1;
+    ++rows;
   }
   r.busy = true;
   ++result_.forward_passes;
   const size_t self = size_t(&r - replicas_.data());
-  Start(r.device, kRolloutEngine,
-        p_.rollout.Seconds(double(batch.size()), tokens, double(adapters.size())),
+  Start(r.device, kRolloutEngine, p_.rollout.Seconds(rows, tokens, double(adapters.size())),
         [this, self, batch] { FinishPass(replicas_[self], batch); });
 }
 
@@ -298,6 +304,7 @@ void Simulator::FinishPass(Replica& r, const std::vector<int>& batch) {
   for (int id : batch) {
     Sequence& q = seqs_[size_t(id)];
     q.prefill = 0;
+    q.copies_prompt = false;
     ++q.generated;
     if (q.generated == q.tool_at) {
       leaving.insert(id);

@@ -172,6 +172,55 @@ std::vector<int32_t> Prompt(std::mt19937& rng, int n, int vocab) {
 
 // Property: with fixed seeds, a sequence samples the same tokens (and log-probs) whether it runs
 // alone or in a batch that others join and leave.
+// Property: sequences that join with one prompt and adapter (a GRPO group) are prefilled once,
+// and each samples exactly what it samples alone; another adapter or prompt is its own row.
+TEST(GenerationTest, AGroupsPromptIsComputedOnceAndEachSequenceSamplesAsAlone) {
+  auto w = *BaseWeights::Load(kData + "/llama");
+  Transformer model(w);
+  auto adapter = RandomAdapter(*w, 4, 5), other = RandomAdapter(*w, 4, 6);
+  std::mt19937 rng(61);
+  const auto prompt64 = RandomTokens(rng, 9, w->config.vocab_size);
+  const std::vector<int32_t> prompt(prompt64.begin(), prompt64.end());
+  std::vector<GenerationRequest> reqs;
+  for (uint64_t i = 0; i < 6; ++i) {
+    GenerationRequest r;
+    r.id = i + 1;
+    r.prompt = prompt;
+    r.adapter = i == 4 ? other : adapter;  // request 5: same prompt, another adapter
+    if (i == 5) r.prompt.back() = (r.prompt.back() + 1) % w->config.vocab_size;  // another prompt
+    r.seed = 100 + i;
+    r.max_new_tokens = 7;
+    reqs.push_back(r);
+  }
+  Generator together(model);
+  for (const auto& r : reqs) together.Add(r);
+  std::map<uint64_t, GenerationResult> got;
+  bool first = true;
+  while (together.active() > 0) {
+    for (auto& r : together.Step()) got[r.id] = r;
+    if (first) {
+      // Rows: the group's prompt once, the other adapter's, the other prompt.
+      EXPECT_EQ(together.last_step().rows, 3u);
+      EXPECT_EQ(together.last_step().tokens, 3 * prompt.size());
+      first = false;
+    }
+  }
+  ASSERT_EQ(got.size(), reqs.size());
+  for (const auto& r : reqs) {
+    Generator alone(model);
+    alone.Add(r);
+    GenerationResult want;
+    while (alone.active() > 0)
+      for (auto& d : alone.Step()) want = d;
+    EXPECT_EQ(got[r.id].tokens, want.tokens) << "request " << r.id;
+    ASSERT_EQ(got[r.id].logprobs.size(), want.logprobs.size());
+    for (size_t k = 0; k < want.logprobs.size(); ++k)
+      EXPECT_NEAR(got[r.id].logprobs[k], want.logprobs[k], 1e-4) << r.id << " token " << k;
+  }
+  // The group's sequences sampled different continuations (their own seeds).
+  EXPECT_NE(got[1].tokens, got[2].tokens);
+}
+
 TEST(GenerationTest, SampledTokensDoNotDependOnBatchCompanions) {
   auto w = *BaseWeights::Load(kData + "/llama");
   Transformer model(w);
