@@ -74,7 +74,9 @@ std::vector<GenerationResult> Generator::Step() {
     }
     routing.row_adapter.push_back(index);
   }
-  last_step_.rows = inputs.size();
+  // Rows for the cost fit are sequences (each samples a token, a copy also copies a cache): the
+  // per-sequence work of a pass, where the forward's rows are only the computed ones.
+  last_step_.rows = seqs_.size();
   if (pool_) {
     routing.pool = pool_.get();
   } else {

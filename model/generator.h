@@ -38,8 +38,8 @@ struct GenerationResult {
 
 // What one Step computed: its cost drivers (the simulator's calibration, bench/sim).
 struct StepShape {
-  size_t rows = 0;      // rows in the packed forward (sequences joining with one prompt: one)
-  size_t tokens = 0;    // tokens in it: a prompt for each joining sequence, 1 for the others
+  size_t rows = 0;      // sequences in the pass (each samples a token)
+  size_t tokens = 0;    // tokens computed: a prompt per distinct joining prompt, 1 per other row
   size_t adapters = 0;  // distinct adapters (LoRA segments)
 };
 

@@ -51,7 +51,7 @@ struct Sequence {
   int length = 1, tool_at = -1, generated = 0;
   double prefill = 0;  // tokens to prefill at its next pass (0: decodes one token)
   // It joins with its group's prompt, which the group's first sequence computes in the same pass
-  // (model::Generator): no row, no tokens of its own in that pass.
+  // (model::Generator): no tokens of its own in that pass.
   bool copies_prompt = false;
 };
 
@@ -282,14 +282,13 @@ void Simulator::KickReplica(Replica& r) {
   StartGroups(r);
   if (r.active.empty()) return;  // idle: woken by the trainer, a tool result or an admission
   std::vector<int> batch = r.active;
-  double tokens = 0, rows = 0;
+  // Rows are sequences (model::StepShape); tokens are the computed ones.
+  double tokens = 0, rows = double(batch.size());
   std::set<int> adapters;
   for (int q : batch) {
     const Sequence& sq = seqs_[size_t(q)];
     adapters.insert(sq.tenant);
-    if (sq.copies_prompt) continue;
-    tokens += sq.prefill > 0 ? sq.prefill : 1;
-    ++rows;
+    if (!sq.copies_prompt) tokens += sq.prefill > 0 ? sq.prefill : 1;
   }
   r.busy = true;
   ++result_.forward_passes;

@@ -199,8 +199,8 @@ TEST(GenerationTest, AGroupsPromptIsComputedOnceAndEachSequenceSamplesAsAlone) {
   while (together.active() > 0) {
     for (auto& r : together.Step()) got[r.id] = r;
     if (first) {
-      // Rows: the group's prompt once, the other adapter's, the other prompt.
-      EXPECT_EQ(together.last_step().rows, 3u);
+      // Computed: the group's prompt once, the other adapter's, the other prompt; six sequences.
+      EXPECT_EQ(together.last_step().rows, 6u);
       EXPECT_EQ(together.last_step().tokens, 3 * prompt.size());
       first = false;
     }
