@@ -80,6 +80,12 @@ Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
     }
   }
   monitor.Sample(*service);
+  // The final state too: a run shorter than print_every_s (or ended by a signal) still leaves a
+  // line naming every tenant.
+  if (o.metrics_jsonl) {
+    pipeline::AppendLine(o.service.stage.state_dir + "/metrics.jsonl",
+                         serve::MetricsJsonLine(*service, monitor));
+  }
   if (!o.quiet) std::printf("\n%s", monitor.Table(*service).c_str());
   report.wall_s = monitor.wall_s();
   report.rollout_util = monitor.Utilization("rollout");
