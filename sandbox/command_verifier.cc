@@ -53,10 +53,13 @@ Verdict RunCommandVerifier(const CommandVerifierSpec& spec, const std::string& p
   req.stdin_data =
       json{{"prompt", prompt}, {"completion", completion}, {"metadata", metadata}}.dump();
   Verdict v;
+  double cpu_ms = 0;
   for (int attempt = 1; attempt <= std::max(1, spec.attempts); ++attempt) {
     auto r = RunSandboxed(req);
     v = r.ok() ? Judge(*r) : Broken(r.status().ToString());
+    if (r.ok()) cpu_ms += r->cpu_ms;
     v.attempts = attempt;
+    v.cpu_ms = cpu_ms;
     if (v.outcome != pb::OUTCOME_INFRA_ERROR) break;
   }
   return v;

@@ -368,6 +368,7 @@ PreparedSandbox::PreparedSandbox(PreparedSandbox&& o) noexcept
       stderr_r_(o.stderr_r_),
       status_r_(o.status_r_),
       request_w_(o.request_w_),
+      cpu_ns_(o.cpu_ns_),
       root_(std::move(o.root_)),
       cgroup_(std::move(o.cgroup_)),
       started_(o.started_) {
@@ -386,6 +387,24 @@ PreparedSandbox::~PreparedSandbox() {
   cgroup_.reset();  // kills whatever is left in the run's cgroup
 }
 
+bool PreparedSandbox::ReapHelper(int options) {
+  struct rusage ru {};
+  pid_t r;
+  while ((r = ::wait4(helper_, nullptr, options, &ru)) < 0 && errno == EINTR) {
+  }
+  if (r == 0) return false;  // still running
+  if (r == helper_) {
+    // The helper's own time plus its reaped children's: the program, which in turn holds the
+    // processes of its pid namespace.
+    const auto ns = [](const timeval& t) {
+      return int64_t(t.tv_sec) * 1000000000 + t.tv_usec * 1000;
+    };
+    cpu_ns_ += ns(ru.ru_utime) + ns(ru.ru_stime);
+  }
+  helper_ = -1;  // reaped, or not ours to wait for (ECHILD)
+  return true;
+}
+
 void PreparedSandbox::Kill(pid_t program) {
   if (program > 0) ::kill(program, SIGKILL);
   CloseFd(&request_w_);  // an unlaunched program reads EOF and exits
@@ -394,24 +413,16 @@ void PreparedSandbox::Kill(pid_t program) {
   // left to the host's init (it would count against the run cgroup's pids until reaped). A
   // helper that does not exit within 200 ms is killed.
   for (int i = 0; i < 200; ++i) {
-    const pid_t r = ::waitpid(helper_, nullptr, WNOHANG);
-    if (r == helper_ || (r < 0 && errno != EINTR)) {
-      helper_ = -1;
-      return;
-    }
+    if (ReapHelper(WNOHANG)) return;
     ::usleep(i < 20 ? 50 : 1000);
   }
   ::kill(helper_, SIGKILL);
-  while (::waitpid(helper_, nullptr, 0) < 0 && errno == EINTR) {
-  }
-  helper_ = -1;
+  ReapHelper(0);
 }
 
 bool PreparedSandbox::SetUpAlive() {
   if (helper_ <= 0) return false;
-  if (::waitpid(helper_, nullptr, WNOHANG) == 0) return true;
-  helper_ = -1;
-  return false;
+  return !ReapHelper(WNOHANG);
 }
 
 PreparedSandbox::Streams PreparedSandbox::TakeStreams() {

@@ -71,13 +71,21 @@ class PreparedSandbox {
   // Ends the run: kills the program (PID 1 of its namespace, so every process in it; <= 0 when
   // unknown) and the helper, and reaps the helper.
   void Kill(pid_t program);
+  // CPU time (user + system) of the helper and of every process of the run, which the program
+  // and the kernel's end of the pid namespace reaped into it; known once the helper is reaped
+  // (Kill, or SetUpAlive returning false), 0 before.
+  int64_t cpu_ns() const { return cpu_ns_; }
   // When preparation began (set-up time = launch - this for a sandbox prepared at the call).
   std::chrono::steady_clock::time_point started() const { return started_; }
 
  private:
   PreparedSandbox() = default;
   pid_t helper_ = -1;
+  // Reaps the helper (waitpid `options`), recording its process tree's CPU time; false when it
+  // has not exited (WNOHANG) or cannot be waited for.
+  bool ReapHelper(int options);
   int stdin_w_ = -1, stdout_r_ = -1, stderr_r_ = -1, status_r_ = -1, request_w_ = -1;
+  int64_t cpu_ns_ = 0;
   std::string root_;
   std::optional<RunCgroup> cgroup_;
   std::chrono::steady_clock::time_point started_;

@@ -175,6 +175,7 @@ Verdict VerifyPythonFunction(const std::string& candidate, const PythonTestsSpec
     inputs.push_back(args);
   }
   Verdict v;
+  double cpu_ms = 0;
   for (int attempt = 1; attempt <= std::max(1, spec.infra_attempts); ++attempt) {
     const std::string nonce = Nonce();
     SandboxRequest req;
@@ -188,8 +189,10 @@ Verdict VerifyPythonFunction(const std::string& candidate, const PythonTestsSpec
       v.detail = r.status().ToString();
     } else {
       v = Judge(*r, nonce, spec);
+      cpu_ms += r->cpu_ms;
     }
     v.attempts = attempt;
+    v.cpu_ms = cpu_ms;
     if (v.outcome != pb::OUTCOME_INFRA_ERROR) break;
   }
   return v;

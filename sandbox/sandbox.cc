@@ -184,6 +184,7 @@ Result<SandboxResult> RunSandboxed(const SandboxRequest& req) {
   // Killing the program, PID 1 of its namespace, makes the kernel kill every process in it; once
   // its wait status arrived, its pid may already belong to someone else.
   sandbox->Kill(have_status ? -1 : program);
+  res.cpu_ms = double(sandbox->cpu_ns()) * 1e-6;
   CloseAll({in[1], out[0], err[0], st[0]});
   const RunCgroup* cg = sandbox->cgroup();
   res.cgroup_limited = cg != nullptr;

@@ -61,6 +61,9 @@ struct SandboxResult {
   bool stdout_truncated = false, stderr_truncated = false;
   double wall_ms = 0;
   double setup_ms = 0;  // from the call until the program was about to exec (the isolation cost)
+  // CPU time (user + system) of every process of the run and of its sandbox's helper, set-up
+  // included: what the run cost the machine, where wall_ms also counts waiting for a core.
+  double cpu_ms = 0;
   bool cgroup_limited = false;  // the run had its own cgroup limits
   bool prepared_ahead = false;  // its sandbox came from the pool (sandbox_pool.h)
   std::string setup_error;      // with kSetupFailed

@@ -82,6 +82,7 @@ ToolOutput ExecuteTool(const ParsedToolCall& call, const SandboxLimits& limits, 
     req.files = {{"main.py", call.input}};
     req.limits = limits;
     auto r = RunSandboxed(req);
+    if (r.ok()) out.cpu_ms = r->cpu_ms;
     if (!r.ok() || r->outcome == SandboxOutcome::kSetupFailed) {
       out.outcome = pb::OUTCOME_INFRA_ERROR;
       out.output = "error: the sandbox failed";

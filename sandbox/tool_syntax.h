@@ -38,6 +38,7 @@ struct ToolOutput {
   pb::VerifierOutcome outcome = pb::OUTCOME_OK;  // OK, RUNTIME_ERROR, TIMEOUT, ... or INFRA_ERROR
   std::string output;  // what goes between <result> and </result> (capped)
   bool truncated = false;
+  double cpu_ms = 0;  // CPU time of its sandbox run (SandboxResult::cpu_ms); 0 for calc
 };
 
 // The python tool's own limits, tighter than a verifier's: a tool call is one short computation

@@ -13,7 +13,8 @@ struct Verdict {
   pb::VerifierOutcome outcome = pb::OUTCOME_UNSCORED;
   double reward = 0;
   std::string detail;
-  int attempts = 1;  // sandbox runs it took (infrastructure failures are retried)
+  int attempts = 1;   // sandbox runs it took (infrastructure failures are retried)
+  double cpu_ms = 0;  // CPU time of those runs (SandboxResult::cpu_ms, summed); 0 without any
   bool scored() const {
     return outcome != pb::OUTCOME_UNSCORED && outcome != pb::OUTCOME_INFRA_ERROR;
   }

@@ -89,7 +89,8 @@ struct TenantMetrics {
   double last_reward_mean;     // trainer: mean reward of the last step's groups
   // Costs by tenant, for the simulator's calibration. Rollout: prompt_tokens of the groups it
   // started (one prompt per group); verifier: work_ns of its scoring jobs, tool_ns of its tool
-  // calls and tool_calls run.
+  // calls and tool_calls run, as CPU time (the worker thread's and its sandbox runs' process
+  // trees: a sandboxed run's wall time would count waiting for a core, which the simulator adds).
   uint64_t prompt_tokens;
   uint64_t work_ns;
   uint64_t tool_ns;

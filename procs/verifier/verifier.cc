@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "base/cpu_time.h"
 #include "procs/common/task_source.h"
 #include "procs/common/tenant_watcher.h"
 #include "sandbox/probe.h"
@@ -38,7 +39,10 @@ struct Job {
   std::string refuse;         // non-empty: untrusted work refused with this reason
   // Set by the worker.
   bool done = false;
-  int64_t busy_ns = 0;
+  int64_t busy_ns = 0;  // wall time (the stage's utilisation)
+  // CPU time: the worker thread's and its sandbox runs' (their process trees), the cost the
+  // simulator's calibration records (shm/metrics.h work_ns, tool_ns).
+  int64_t cpu_ns = 0;
 };
 
 struct Slot {
@@ -118,6 +122,7 @@ void RunJobUnguarded(Job* job) {
     parsed.name = job->call.tool();
     parsed.input = job->call.input();
     sandbox::ToolOutput out = sandbox::ExecuteTool(parsed);
+    job->cpu_ns += int64_t(out.cpu_ms * 1e6);
     job->result.set_outcome(out.outcome);
     job->result.set_output(out.output);
     job->result.set_truncated(out.truncated);
@@ -132,6 +137,7 @@ void RunJobUnguarded(Job* job) {
   const tasks::TaskExample example = job->source->Train(g.prompt_id());
   for (pb::Trajectory& tr : *g.mutable_trajectories()) {
     const sandbox::Verdict v = job->source->Verify(example, tr.completion_text());
+    job->cpu_ns += int64_t(v.cpu_ms * 1e6);
     tr.set_outcome(v.outcome);
     tr.set_verifier_detail(v.detail.substr(0, 200));
     tr.set_reward(v.scored() ? float(v.reward) : 0.0f);
@@ -180,8 +186,9 @@ void Pool::Work() {
     if (stop_) return;
     ++running_[job->tenant_key];
     l.unlock();
-    const int64_t t0 = MonotonicNanos();
+    const int64_t t0 = MonotonicNanos(), cpu0 = ThreadCpuNanos();
     RunJob(job.get());
+    job->cpu_ns += ThreadCpuNanos() - cpu0;
     l.lock();
     job->busy_ns = MonotonicNanos() - t0;
     job->done = true;
@@ -320,13 +327,13 @@ void Verifier::Finish(Slot* slot, RingProducer* tools) {
   TenantMetrics& m = *counters;
   if (job.type != pipeline::kGroupRecord) {
     ++m.tool_calls;
-    m.tool_ns += uint64_t(job.busy_ns);
+    m.tool_ns += uint64_t(job.cpu_ns);
   } else if (!job.group.failure().empty()) {
     ++m.verifier_errors;
     std::snprintf(m.last_error, sizeof(m.last_error), "%s", job.group.failure().c_str());
   } else {
     ++m.groups;
-    m.work_ns += uint64_t(job.busy_ns);
+    m.work_ns += uint64_t(job.cpu_ns);
     for (const pb::Trajectory& tr : job.group.trajectories()) {
       ++m.samples;
       ++m.reward_count;

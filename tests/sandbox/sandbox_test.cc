@@ -88,6 +88,32 @@ TEST(SandboxTest, OutputIsCappedAndReported) {
   EXPECT_EQ(r.stdout_data.size(), 10000u);
 }
 
+// cpu_ms is what the run cost the machine: every process of it, also one its parent never
+// waited for (reaped when the pid namespace ends), and not the time it spent waiting.
+TEST(SandboxTest, CpuTimeCountsEveryProcessOfTheRunAndNotItsWaiting) {
+  SandboxLimits l;
+  l.wall_timeout_ms = 20000;  // ctest runs tests in parallel: the burn may wait for a core
+  l.cpu_seconds = 10;
+  // The child burns 0.3 s of its own CPU time and tells the parent, which exits without waiting
+  // for it and having used almost none itself.
+  auto burn = Python(
+      "import os, time\nr, w = os.pipe()\nif os.fork() == 0:\n"
+      "    while time.process_time() < 0.3: pass\n    os.write(w, b'x')\n    os._exit(0)\n"
+      "os.read(r, 1)\nprint(round(time.process_time(), 3))",
+      l);
+  ASSERT_EQ(burn.outcome, SandboxOutcome::kExited) << burn.setup_error << burn.stderr_data;
+  EXPECT_LT(std::stod(burn.stdout_data), 0.2) << "the parent itself burned";
+  EXPECT_GE(burn.cpu_ms, 300.0);
+  // Counted once: one process burned at a time (the set-up of a sandbox prepared ahead of the
+  // call may precede wall_ms by a few ms).
+  EXPECT_LE(burn.cpu_ms, burn.wall_ms + 50.0);
+  auto sleeper = Python("import time; time.sleep(0.5)", l);
+  ASSERT_EQ(sleeper.outcome, SandboxOutcome::kExited) << sleeper.setup_error;
+  EXPECT_GE(sleeper.wall_ms, 500.0);
+  EXPECT_GT(sleeper.cpu_ms, 0.0);  // the interpreter's start and the sandbox's set-up
+  EXPECT_LT(sleeper.cpu_ms, 250.0);
+}
+
 TEST(SandboxTest, NothingLeaksFromOneRunIntoTheNext) {
   auto first = RunIn({"/bin/sh", "-c", "echo secret > /work/left; echo secret > /tmp/left2"});
   ASSERT_EQ(first.outcome, SandboxOutcome::kExited) << first.setup_error;

@@ -67,6 +67,7 @@ TEST(ToolSyntaxTest, PythonToolRunsSandboxedAndUnknownToolsAreFormatErrors) {
   auto py = ExecuteTool({"python", "print(sum(range(10)))", 0, 0}, l);
   EXPECT_EQ(py.outcome, pb::OUTCOME_OK);
   EXPECT_EQ(py.output, "45\n");
+  EXPECT_GT(py.cpu_ms, 0.0);
   auto bad = ExecuteTool({"python", "raise ValueError('x')", 0, 0}, l);
   EXPECT_EQ(bad.outcome, pb::OUTCOME_RUNTIME_ERROR);
   EXPECT_NE(bad.output.find("ValueError"), std::string::npos);

@@ -36,6 +36,7 @@ TEST(PythonTestsVerifierTest, CorrectWrongAndRaisingCandidates) {
   auto ok = VerifyPythonFunction("def f(x):\n    print('noise')\n    return x * x\n", SquareSpec());
   EXPECT_EQ(ok.outcome, pb::OUTCOME_OK) << ok.detail;
   EXPECT_EQ(ok.reward, 1.0);
+  EXPECT_GT(ok.cpu_ms, 0.0);  // its sandbox run's CPU time
   auto wrong = VerifyPythonFunction("def f(x):\n    return x + x\n", SquareSpec());
   EXPECT_EQ(wrong.outcome, pb::OUTCOME_WRONG_ANSWER) << wrong.detail;
   EXPECT_EQ(wrong.reward, 0.0);
@@ -119,6 +120,7 @@ TEST(CommandVerifierTest, RewardComesFromTheTenantsProgram) {
   auto right = RunCommandVerifier(spec, "2+2?", " 4\n", R"({"answer": 4})");
   EXPECT_EQ(right.outcome, pb::OUTCOME_OK) << right.detail;
   EXPECT_EQ(right.reward, 1.0);
+  EXPECT_GT(right.cpu_ms, 0.0);
   auto wrong = RunCommandVerifier(spec, "2+2?", " 5", R"({"answer": 4})");
   EXPECT_EQ(wrong.outcome, pb::OUTCOME_OK);
   EXPECT_EQ(wrong.reward, 0.25);
