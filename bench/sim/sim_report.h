@@ -2,7 +2,8 @@
 //  - Validate: every measured run's set-up replayed in the simulator with the profile's engine
 //    costs (rollout pass, trainer step: the model under test) and the run's own task costs (its
 //    tenants' token counts, tool calls, verifier time and degenerate share, which differ by
-//    seed); the prediction error of its wall time, (predicted - measured) / measured. The target
+//    seed), averaged over replicate simulations (SimulateMean); the prediction error of its wall
+//    time, (predicted - measured) / measured. The target
 //    (issue 7): within 15% at every tenant count measured (1, 8 and 32).
 //  - Project: the set-up of the measured runs (steps, group size, prompts per step, staleness,
 //    verifier workers, env latency; tasks in turn) scaled to other tenant counts and device

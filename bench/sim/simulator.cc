@@ -34,7 +34,8 @@ struct Tenant {
   double admitted_at = 0;
   uint64_t version = 0, steps = 0;
   // Groups: started by the rollout, committed (fully generated), at the trainer, retired.
-  uint64_t started = 0, committed = 0, ready = 0, retired = 0;
+  uint64_t started = 0, committed = 0, retired = 0;
+  std::deque<int> ready;  // groups at the trainer, in the order they arrived
   // What the rollout saw at its last sync.
   bool seen_adapter = false, seen_finished = false;
   uint64_t seen_retired = 0, round_quota = 0;
@@ -43,6 +44,11 @@ struct Tenant {
 struct Group {
   int tenant = 0;
   int remaining = 0;
+  // All its rewards equal (drawn at its start with the task's measured share): the trainer gets
+  // no rows from it. Drawn per group, not spread as a fraction over every step: a step whose
+  // groups are all degenerate takes no time, and with few tenants the rollout then cannot
+  // generate behind it (the bubbles the measured 1-tenant runs have).
+  bool degenerate = false;
 };
 
 struct Sequence {
@@ -117,8 +123,8 @@ class Simulator {
   void KickVerifier();
   void ReleaseVerifierResults();
   void KickTrainer(Trainer& tr);
-  // Rows and padded tokens of one training step of these tenants.
-  std::pair<double, double> PaddedBatch(std::vector<int> stepping) const;
+  // Rows and padded tokens of one training step: (tenant, rows it trains) for each stepping one.
+  std::pair<double, double> PaddedBatch(std::vector<std::pair<int, double>> trained) const;
   void Admit(int tenant);
   void OnTenantFinished(Tenant& t);
   double Latency();
@@ -197,10 +203,10 @@ void Simulator::SyncReplica(Replica& r) {
 
 void Simulator::StartGroup(Replica& r, Tenant& t) {
   const int g = int(groups_.size());
-  groups_.push_back({t.id, s_.group_size});
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  groups_.push_back({t.id, s_.group_size, u(rng_) < t.task->degenerate});
   ++t.started;
   const double mean = t.task->completion_tokens;
-  std::uniform_real_distribution<double> u(0.0, 1.0);
   for (int i = 0; i < s_.group_size; ++i) {
     Sequence q;
     q.group = g;
@@ -376,7 +382,7 @@ void Simulator::ReleaseVerifierResults() {
       pending.pop_front();
       Tenant& t = tenants_[size_t(tenant)];
       if (job.group >= 0) {
-        ++t.ready;
+        t.ready.push_back(job.group);
       } else {
         Sequence& q = seqs_[size_t(job.sequence)];
         q.prefill = t.task->prompt_tokens + q.generated + kToolResultTokens;
@@ -388,19 +394,24 @@ void Simulator::ReleaseVerifierResults() {
   }
 }
 
-std::pair<double, double> Simulator::PaddedBatch(std::vector<int> stepping) const {
-  // As rl::MultiTenantStep: tenants by their row length, longest first, cut into buckets whose
-  // rows are padded to the bucket's first; a tenant joins while that at most doubles its rows.
-  auto length = [this](int id) { return tenants_[size_t(id)].task->trained_tokens; };
-  std::stable_sort(stepping.begin(), stepping.end(),
-                   [&](int a, int b) { return length(a) > length(b); });
+std::pair<double, double> Simulator::PaddedBatch(
+    std::vector<std::pair<int, double>> trained) const {
+  // As rl::MultiTenantStep: tenants with rows to train by their row length, longest first, cut
+  // into buckets whose rows are padded to the bucket's first; a tenant joins while that at most
+  // doubles its rows.
+  trained.erase(std::remove_if(trained.begin(), trained.end(),
+                               [](const std::pair<int, double>& t) { return t.second <= 0; }),
+                trained.end());
+  auto length = [this](const std::pair<int, double>& t) {
+    return tenants_[size_t(t.first)].task->trained_tokens;
+  };
+  std::stable_sort(trained.begin(), trained.end(),
+                   [&](const auto& a, const auto& b) { return length(a) > length(b); });
   double rows = 0, tokens = 0, bucket = 0;
-  for (int id : stepping) {
-    if (bucket == 0 || length(id) * 2 < bucket) bucket = length(id);
-    const double r =
-        double(s_.prompts_per_step) * s_.group_size * (1.0 - tenants_[size_t(id)].task->degenerate);
-    rows += r;
-    tokens += r * bucket;
+  for (const auto& t : trained) {
+    if (bucket == 0 || length(t) * 2 < bucket) bucket = length(t);
+    rows += t.second;
+    tokens += t.second * bucket;
   }
   return {rows, tokens};
 }
@@ -412,19 +423,28 @@ void Simulator::KickTrainer(Trainer& tr) {
     // Not while a group its round started is still on its way.
     for (int id : tr.tenants) {
       const Tenant& t = tenants_[size_t(id)];
-      if (t.finished || t.ready >= P) continue;
-      if (t.started > t.retired + t.ready) return;
+      if (t.finished || t.ready.size() >= P) continue;
+      if (t.started > t.retired + t.ready.size()) return;
     }
   }
   std::vector<int> stepping;
   for (int id : tr.tenants) {
     const Tenant& t = tenants_[size_t(id)];
-    if (t.finished || !t.adapter || t.ready < P) continue;
+    if (t.finished || !t.adapter || t.ready.size() < P) continue;
     stepping.push_back(id);
   }
   if (stepping.empty()) return;
-  const auto [rows, tokens] = PaddedBatch(stepping);
-  for (int id : stepping) tenants_[size_t(id)].ready -= P;
+  std::vector<std::pair<int, double>> trained;  // tenant, rows it trains in this step
+  for (int id : stepping) {
+    Tenant& t = tenants_[size_t(id)];
+    double rows = 0;
+    for (uint64_t k = 0; k < P; ++k) {
+      if (!groups_[size_t(t.ready.front())].degenerate) rows += s_.group_size;
+      t.ready.pop_front();
+    }
+    trained.emplace_back(id, rows);
+  }
+  const auto [rows, tokens] = PaddedBatch(std::move(trained));
   tr.busy = true;
   ++result_.train_steps;
   const size_t self = size_t(&tr - trainers_.data());
@@ -583,6 +603,33 @@ Result<SimResult> Simulate(const SimSetup& setup, const CostProfile& profile) {
                   "cores must be positive, and a group must fit max_active_sequences");
   Simulator sim(setup, profile);
   return sim.Run();
+}
+
+Result<SimResult> SimulateMean(const SimSetup& setup, const CostProfile& profile, int replicates) {
+  if (replicates < 1)
+    return Status(StatusCode::kInvalidArgument, "simulate: replicates must be positive");
+  SimResult mean;
+  mean.complete = true;
+  double samples = 0, passes = 0, steps = 0;
+  for (int k = 0; k < replicates; ++k) {
+    SimSetup s = setup;
+    s.seed = setup.seed + uint64_t(k);
+    MARLAAS_ASSIGN_OR_RETURN(SimResult r, Simulate(s, profile));
+    mean.complete = mean.complete && r.complete;
+    mean.wall_s += r.wall_s / replicates;
+    mean.util_rollout += r.util_rollout / replicates;
+    mean.util_trainer += r.util_trainer / replicates;
+    mean.util_verifier += r.util_verifier / replicates;
+    samples += double(r.samples) / replicates;
+    passes += double(r.forward_passes) / replicates;
+    steps += double(r.train_steps) / replicates;
+    mean.rollout_replicas = r.rollout_replicas;
+    mean.trainers = r.trainers;
+  }
+  mean.samples = uint64_t(std::llround(samples));
+  mean.forward_passes = uint64_t(std::llround(passes));
+  mean.train_steps = uint64_t(std::llround(steps));
+  return mean;
 }
 
 }  // namespace marlaas::sim

@@ -19,7 +19,9 @@
 //    record arrived, each tenant's results in order.
 //  - trainer: one step for every tenant with prompts_per_step groups ready (lockstep: once every
 //    group its round started has arrived), costing trainer(rows, tokens, tenants) with rows the
-//    non-degenerate completions and tokens padded as rl::MultiTenantStep pads them, plus
+//    completions of its non-degenerate groups (each group is degenerate, all rewards equal, with
+//    the task's measured share, drawn when it starts) and tokens padded as rl::MultiTenantStep
+//    pads them, plus
 //    checkpoint_s for each tenant it checkpoints; it learns of admitted tenants by polling every
 //    10 ms.
 //  - machine: "shared" placement runs rollout, trainer and verifier workers on `cores`
@@ -66,5 +68,12 @@ struct SimResult {
 // kInvalidArgument (naming the problem) for an unknown mode, a task the profile lacks, or
 // non-positive sizes.
 Result<SimResult> Simulate(const SimSetup& setup, const CostProfile& profile);
+
+// The expected run: the mean of `replicates` runs seeded setup.seed, setup.seed + 1, ... (each
+// draws its own sequence lengths, tool calls, degenerate groups and latencies); wall time,
+// utilisations and counts averaged (counts rounded), complete only when every run is. With few
+// tenants one run is one draw of a widely spread outcome (which of a 1-tenant run's 16 groups
+// are degenerate decides which steps take no time); the mean is what a measurement estimates.
+Result<SimResult> SimulateMean(const SimSetup& setup, const CostProfile& profile, int replicates);
 
 }  // namespace marlaas::sim

@@ -2,7 +2,9 @@
 // forms and against the orderings a scheduler must respect.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
+#include <set>
 
 #include "bench/sim/cost_model.h"
 #include "bench/sim/measured_run.h"
@@ -175,6 +177,53 @@ TEST(SimulatorTest, ATrainingStepPadsTenantsOfSimilarLengthToTheLongest) {
   EXPECT_NEAR(busy({"arithmetic", "countdown"}), 16 * 15 * 1e-4, 1e-9);
   EXPECT_NEAR(busy({"arithmetic", "countdown", "python_functions"}), (16 * 15 + 8 * 100) * 1e-4,
               1e-9);
+}
+
+// Each group is degenerate (no rows to train) with the task's share, drawn when it starts: one
+// run's training time is a multiple of a group's rows, runs differ, and the mean over replicates
+// (SimulateMean, the mean of the seeded runs) comes to the share.
+TEST(SimulatorTest, DegenerateGroupsAreDrawnPerGroupAndTheMeanOfRunsKeepsTheShare) {
+  CostProfile p = SimpleProfile();
+  p.trainer.c = {0, 1e-3, 0, 0};  // 1 ms per trained row: a group of 4 trains in 4 ms
+  SimSetup s;
+  s.mode = "sequential_sync";
+  s.tasks = {"arithmetic"};
+  s.steps = 40;  // 80 groups
+  auto trained_s = [&](double degenerate, uint64_t seed) {
+    p.tasks["arithmetic"].degenerate = degenerate;
+    s.seed = seed;
+    auto r = Simulate(s, p);
+    EXPECT_TRUE(r.ok() && r->complete);
+    return r.ok() ? r->util_trainer * r->wall_s : -1.0;
+  };
+  EXPECT_NEAR(trained_s(0, 1), 80 * 4e-3, 1e-9);
+  EXPECT_NEAR(trained_s(1, 1), 0, 1e-9);
+  std::set<long> seen;
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    const double t = trained_s(0.5, seed);
+    const double groups = t / 4e-3;
+    EXPECT_NEAR(groups, std::round(groups), 1e-6) << "whole groups only";
+    EXPECT_GT(groups, 20);  // 40 expected; 20 is 4.5 sigma below
+    EXPECT_LT(groups, 60);
+    seen.insert(std::lround(groups));
+  }
+  EXPECT_GT(seen.size(), 1u) << "every seed drew the same groups";
+  p.tasks["arithmetic"].degenerate = 0.5;
+  s.seed = 11;
+  auto mean = SimulateMean(s, p, 4);
+  ASSERT_TRUE(mean.ok()) << mean.status().ToString();
+  double wall = 0;
+  for (uint64_t k = 0; k < 4; ++k) {
+    SimSetup one = s;
+    one.seed = 11 + k;
+    auto r = Simulate(one, p);
+    ASSERT_TRUE(r.ok());
+    wall += r->wall_s / 4;
+  }
+  EXPECT_NEAR(mean->wall_s, wall, 1e-12);
+  EXPECT_TRUE(mean->complete);
+  EXPECT_EQ(mean->train_steps, 40u);
+  EXPECT_FALSE(SimulateMean(s, p, 0).ok());
 }
 
 TEST(SimulatorTest, OverlapAndBatchingMakeAsyncFasterAndSharedCoresSlowItDown) {
