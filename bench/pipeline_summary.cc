@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 namespace marlaas::bench {
@@ -34,7 +35,10 @@ PipelineSummary SummarisePipelineRuns(const std::vector<PipelineRun>& runs) {
     PipelineRow row;
     row.mode = rs.front()->mode;
     row.tenants = key.first;
-    row.seeds = int(rs.size());
+    row.runs = int(rs.size());
+    std::set<uint64_t> seeds;
+    for (const PipelineRun* r : rs) seeds.insert(r->seed);
+    row.seeds = int(seeds.size());
     const double n = double(rs.size());
     double lo = 1e9, hi = -1e9;
     row.tenant_reward_mean.assign(size_t(row.tenants), 0.0);
@@ -92,7 +96,7 @@ PipelineSummary SummarisePipelineRuns(const std::vector<PipelineRun>& runs) {
 
 std::string PipelineTable(const PipelineSummary& s) {
   std::string out =
-      "mode               tenants seeds   wall_s  util_roll  util_train  util_verif  idle  "
+      "mode               tenants  runs   wall_s  util_roll  util_train  util_verif  idle  "
       "samples/s  reward (spread)  stale>0  dropped\n";
   char line[256];
   for (const PipelineRow& r : s.rows) {
@@ -101,7 +105,7 @@ std::string PipelineTable(const PipelineSummary& s) {
     std::snprintf(
         line, sizeof(line),
         "%-18s %7d %5d %8.1f %10.2f %11.2f %11.2f %5.2f %10.1f  %.3f (%.3f)  %7llu %8llu%s\n",
-        r.mode.c_str(), r.tenants, r.seeds, r.wall_s, r.util_rollout, r.util_trainer,
+        r.mode.c_str(), r.tenants, r.runs, r.wall_s, r.util_rollout, r.util_trainer,
         r.util_verifier, r.idle_fraction, r.samples_per_s, r.final_reward_mean,
         r.final_reward_spread, (unsigned long long)stale, (unsigned long long)r.groups_dropped,
         r.complete ? "" : "  INCOMPLETE");
@@ -129,6 +133,7 @@ std::string PipelineJson(const PipelineSummary& s, const std::vector<PipelineRun
     doc["runs"].push_back({{"mode", r.mode},
                            {"tenants", r.tenants},
                            {"seeds", r.seeds},
+                           {"runs", r.runs},
                            {"complete", r.complete},
                            {"wall_s", r.wall_s},
                            {"util_rollout", r.util_rollout},

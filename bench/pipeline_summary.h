@@ -1,5 +1,6 @@
-// Summary of `marlaas bench pipeline`: the runs of each (mode, tenant count) averaged over seeds,
-// with the spread of the final reward over seeds (max - min of the runs' means), the ratios of
+// Summary of `marlaas bench pipeline`: the runs of each (mode, tenant count) averaged over seeds
+// (and repeats), with the spread of the final reward over its runs (max - min of the runs' means),
+// the ratios of
 // async to sequential_sync measured in the same invocation (end-to-end speed-up, engine
 // utilisation), the targets of the issue at 32 tenants, a table and the JSON document
 // {"runs":[{"mode","tenants","wall_s","util_rollout","util_trainer","samples_per_s",
@@ -19,7 +20,8 @@ namespace marlaas::bench {
 struct PipelineRow {
   std::string mode;
   int tenants = 0;
-  int seeds = 0;
+  int seeds = 0;         // distinct seeds among its runs
+  int runs = 0;          // seeds x repeats (marlaas bench pipeline --repeats)
   bool complete = true;  // every run of the row finished every tenant's steps
   double wall_s = 0, util_rollout = 0, util_verifier = 0, util_trainer = 0, samples_per_s = 0;
   double idle_fraction = 0;  // 1 - mean of the rollout and trainer utilisation

@@ -175,23 +175,25 @@ std::map<std::string, TaskCost> TaskCostsOf(const std::map<std::string, TaskCost
   return out;
 }
 
+void MergeRunCosts(const RunCosts& from, RunCosts* into) {
+  into->rollout.Merge(from.rollout);
+  into->trainer.Merge(from.trainer);
+  into->checkpoints += from.checkpoints;
+  into->checkpoint_ns += from.checkpoint_ns;
+  for (const auto& [task, t] : from.tasks) {
+    TaskCostSums& s = into->tasks[task];
+#define MARLAAS_ADD(f) s.f += t.f;
+    MARLAAS_TASK_SUM_FIELDS(MARLAAS_ADD)
+#undef MARLAAS_ADD
+  }
+}
+
 Result<CostProfile> CalibrateProfile(const std::vector<MeasuredRun>& runs, int cores,
                                      const std::string& name) {
-  CostSums rollout{}, trainer{};
-  uint64_t checkpoints = 0, checkpoint_ns = 0;
-  std::map<std::string, TaskCostSums> tasks;
-  for (const MeasuredRun& r : runs) {
-    rollout.Merge(r.costs.rollout);
-    trainer.Merge(r.costs.trainer);
-    checkpoints += r.costs.checkpoints;
-    checkpoint_ns += r.costs.checkpoint_ns;
-    for (const auto& [task, t] : r.costs.tasks) {
-      TaskCostSums& s = tasks[task];
-#define MARLAAS_ADD(f) s.f += t.f;
-      MARLAAS_TASK_SUM_FIELDS(MARLAAS_ADD)
-#undef MARLAAS_ADD
-    }
-  }
+  RunCosts pooled;
+  for (const MeasuredRun& r : runs) MergeRunCosts(r.costs, &pooled);
+  const CostSums& rollout = pooled.rollout;
+  const CostSums& trainer = pooled.trainer;
   CostProfile p;
   p.name = name;
   p.placement = "shared";
@@ -205,8 +207,8 @@ Result<CostProfile> CalibrateProfile(const std::vector<MeasuredRun>& runs, int c
     return Status(StatusCode::kInvalidArgument, "trainer: " + fit_trainer.status().message());
   p.rollout = *fit_rollout;
   p.trainer = *fit_trainer;
-  p.checkpoint_s = Ratio(double(checkpoint_ns) * 1e-9, double(checkpoints), 0);
-  p.tasks = TaskCostsOf(tasks);
+  p.checkpoint_s = Ratio(double(pooled.checkpoint_ns) * 1e-9, double(pooled.checkpoints), 0);
+  p.tasks = TaskCostsOf(pooled.tasks);
   return p;
 }
 

@@ -57,6 +57,9 @@ Result<MeasuredRun> MeasuredRunFromJson(const nlohmann::json& j, const std::stri
 // its sums.
 std::map<std::string, TaskCost> TaskCostsOf(const std::map<std::string, TaskCostSums>& tasks);
 
+// Adds `from`'s sums to `into`'s (pass fits, checkpoints, each task's sums).
+void MergeRunCosts(const RunCosts& from, RunCosts* into);
+
 // The cost profile of the machine the runs were measured on ("shared" placement with `cores`):
 // the rollout and trainer fits over the pooled cost sums of `runs`, each task's costs from its
 // pooled sums. kInvalidArgument when the runs hold too few passes to fit.

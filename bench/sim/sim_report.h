@@ -3,7 +3,8 @@
 //    costs (rollout pass, trainer step: the model under test) and the run's own task costs (its
 //    tenants' token counts, tool calls, verifier time and degenerate share, which differ by
 //    seed), averaged over replicate simulations (SimulateMean); the prediction error of its wall
-//    time, (predicted - measured) / measured. The target
+//    time, (predicted - measured) / measured. Repeats of a set-up and seed are one row, checked
+//    on their mean wall time. The target
 //    (issue 7): within 15% at every tenant count measured (1, 8 and 32).
 //  - Project: the set-up of the measured runs (steps, group size, prompts per step, staleness,
 //    verifier workers, env latency; tasks in turn) scaled to other tenant counts and device
@@ -22,9 +23,13 @@
 namespace marlaas::sim {
 
 struct ValidationRow {
+  // Repeats of one set-up and seed (marlaas bench pipeline --repeats) merged: wall time and
+  // utilisations their mean, costs their sums.
   MeasuredRun measured;
+  int runs = 1;
+  double wall_min_s = 0, wall_max_s = 0;  // over the repeats
   SimResult predicted;
-  double error = 0;  // (predicted - measured) / measured wall time
+  double error = 0;  // (predicted - measured mean) / measured mean wall time
 };
 
 // The set-up a measured run had, as the simulator takes it.

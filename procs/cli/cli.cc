@@ -29,7 +29,8 @@ const std::vector<Command>& Commands() {
       {"report", "[--state-dir DIR] [--out DIR]",
        "reward curves, utilisation timeline and a table from a service's state dir", RunReport},
       {"bench",
-       "pipeline [--tenants 1,8,32] [--steps K] [--seeds N] [--json FILE] | sim --calibrate FILE",
+       "pipeline [--tenants 1,8,32] [--steps K] [--seeds N] [--repeats R] [--json FILE] | sim "
+       "--calibrate FILE[,FILE]",
        "sequential_sync vs multi_tenant_sync vs async on the same tenants, in one run; the "
        "scheduler's simulator calibrated from such a run",
        RunBench},

@@ -1,12 +1,12 @@
-// `marlaas bench sim --calibrate FILE [--profile FILE] [--tenants 32,128,256,1024]
+// `marlaas bench sim --calibrate FILE[,FILE...] [--profile FILE] [--tenants 32,128,256,1024]
 // [--gpus 1,8,64] [--modes sequential_sync,async] [--max-error 0.15] [--json OUT]`:
 // fits the simulator's cost profile from the stage costs a `marlaas bench pipeline` run measured
-// (FILE, its "measured" runs), replays every measured run in the simulator and prints predicted
-// against measured wall time (the target: within --max-error at every tenant count), then
-// projects the same tenant set-up to more tenants and devices with the calibrated profile, or
-// with --profile (a cost profile JSON, e.g. measured on a GPU; bench/sim/cost_model.h). Writes
-// the JSON of bench/sim/sim_report.h and a plot (OUT.svg). Exit status 1 when a validation target
-// is missed, 2 on bad usage.
+// (FILE, its "measured" runs; several files are pooled), replays every measured run in the
+// simulator and prints predicted against measured wall time (the target: within --max-error at
+// every tenant count), then projects the same tenant set-up to more tenants and devices with the
+// calibrated profile, or with --profile (a cost profile JSON, e.g. measured on a GPU;
+// bench/sim/cost_model.h). Writes the JSON of bench/sim/sim_report.h and a plot (OUT.svg). Exit
+// status 1 when a validation target is missed, 2 on bad usage.
 #include <cstdio>
 #include <sstream>
 
@@ -67,31 +67,47 @@ int RunBenchSim(std::vector<std::string> args) {
       modes.push_back(m);
     }
   }
-  auto text = ReadFile(calibrate);
-  if (!text.ok()) {
-    std::fprintf(stderr, "marlaas bench sim: %s\n", text.status().ToString().c_str());
-    return 1;
-  }
-  const nlohmann::json doc = nlohmann::json::parse(*text, nullptr, false);
-  if (doc.is_discarded() || !doc.is_object() || !doc.contains("measured") ||
-      !doc["measured"].is_array() || doc["measured"].empty()) {
-    std::fprintf(stderr,
-                 "marlaas bench sim: %s: not a `marlaas bench pipeline --json` file with "
-                 "measured runs (\"measured\": [...])\n",
-                 calibrate.c_str());
-    return 1;
+  // Several files (comma-separated) are pooled: e.g. a run at 1, 8 and 32 tenants and repeats of
+  // its short 1-tenant runs. They must come from machines with the same number of cores.
+  std::vector<std::string> files;
+  {
+    std::stringstream ss(calibrate);
+    for (std::string f; std::getline(ss, f, ',');) files.push_back(f);
   }
   std::vector<sim::MeasuredRun> runs;
-  for (size_t i = 0; i < doc["measured"].size(); ++i) {
-    auto run = sim::MeasuredRunFromJson(doc["measured"][i],
-                                        calibrate + ": measured[" + std::to_string(i) + "]");
-    if (!run.ok()) {
-      std::fprintf(stderr, "marlaas bench sim: %s\n", run.status().message().c_str());
+  int cores = 0;
+  for (const std::string& file : files) {
+    auto text = ReadFile(file);
+    if (!text.ok()) {
+      std::fprintf(stderr, "marlaas bench sim: %s\n", text.status().ToString().c_str());
       return 1;
     }
-    runs.push_back(std::move(*run));
+    const nlohmann::json doc = nlohmann::json::parse(*text, nullptr, false);
+    if (doc.is_discarded() || !doc.is_object() || !doc.contains("measured") ||
+        !doc["measured"].is_array() || doc["measured"].empty()) {
+      std::fprintf(stderr,
+                   "marlaas bench sim: %s: not a `marlaas bench pipeline --json` file with "
+                   "measured runs (\"measured\": [...])\n",
+                   file.c_str());
+      return 1;
+    }
+    const int file_cores = doc.value("cores", 2);
+    if (cores != 0 && file_cores != cores) {
+      std::fprintf(stderr, "marlaas bench sim: %s was measured on %d cores, %s on %d\n",
+                   file.c_str(), file_cores, files.front().c_str(), cores);
+      return 1;
+    }
+    cores = file_cores;
+    for (size_t i = 0; i < doc["measured"].size(); ++i) {
+      auto run = sim::MeasuredRunFromJson(doc["measured"][i],
+                                          file + ": measured[" + std::to_string(i) + "]");
+      if (!run.ok()) {
+        std::fprintf(stderr, "marlaas bench sim: %s\n", run.status().message().c_str());
+        return 1;
+      }
+      runs.push_back(std::move(*run));
+    }
   }
-  const int cores = doc.value("cores", 2);
   auto calibrated = sim::CalibrateProfile(runs, cores, "calibrated from " + calibrate);
   if (!calibrated.ok()) {
     std::fprintf(stderr, "marlaas bench sim: %s\n", calibrated.status().message().c_str());

@@ -369,5 +369,55 @@ TEST(SimMeasuredRunTest, RoundTripsThroughJsonAndCalibratesTheTasks) {
   EXPECT_NE(bad.status().message().find("steps"), std::string::npos);
 }
 
+// Repeats of one set-up and seed are one validation row, checked on their mean wall time with
+// their task costs pooled; another seed is a row of its own.
+TEST(SimValidationTest, RepeatsOfASetUpAreOneRowCheckedOnTheirMean) {
+  const CostProfile p = SimpleProfile();
+  MeasuredRun m;
+  m.mode = "sequential_sync";
+  m.tenants = 1;
+  m.seed = 1;
+  m.complete = true;
+  m.tasks = {"arithmetic"};
+  m.steps = 4;
+  m.group_size = 4;
+  m.prompts_per_step = 2;
+  m.max_staleness = 0;
+  m.checkpoint_every = 10;
+  m.verifier_workers = 2;
+  TaskCostSums& a = m.costs.tasks["arithmetic"];
+  a.groups_started = a.groups_scored = a.groups_trained = 8;
+  a.prompt_tokens = 8 * 10;
+  a.completions = 32;
+  a.completion_tokens = 32 * 5;
+  a.rows_trained = 32;
+  a.tokens_trained = a.padded_tokens_trained = 32 * 15;
+  m.costs.rollout.Add(8, 8, 1, 0.01);
+  std::vector<MeasuredRun> runs(3, m);
+  runs[0].wall_s = 1.0;
+  runs[1].wall_s = 3.0;
+  runs[2].wall_s = 1.5;
+  runs[2].seed = 2;
+  auto rows = Validate(runs, p);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->size(), 2u);
+  const ValidationRow& first = (*rows)[0];
+  EXPECT_EQ(first.runs, 2);
+  EXPECT_DOUBLE_EQ(first.measured.wall_s, 2.0);
+  EXPECT_DOUBLE_EQ(first.wall_min_s, 1.0);
+  EXPECT_DOUBLE_EQ(first.wall_max_s, 3.0);
+  EXPECT_EQ(first.measured.costs.tasks.at("arithmetic").groups_started, 16u);  // pooled
+  EXPECT_EQ(first.measured.costs.rollout.n, 2u);
+  // The simulated run (see OneSequentialTenantTakesTheSumOfItsStagesAndPolls) against the mean.
+  const double expected = 0.005 + 0.001 + 4 * (5 * 0.01 + 0.2) + 3 * 0.00025 + 0.001;
+  EXPECT_NEAR(first.predicted.wall_s, expected, 1e-9);
+  EXPECT_NEAR(first.error, (expected - 2.0) / 2.0, 1e-9);
+  EXPECT_EQ((*rows)[1].runs, 1);
+  EXPECT_DOUBLE_EQ((*rows)[1].measured.wall_s, 1.5);
+  const auto targets = ValidationTargets(*rows, 0.15);
+  ASSERT_EQ(targets.size(), 1u);  // one tenant count
+  EXPECT_NEAR(targets[0].value, std::fabs((expected - 2.0) / 2.0), 1e-9);  // the larger error
+}
+
 }  // namespace
 }  // namespace marlaas::sim
