@@ -31,7 +31,10 @@ namespace {
 using pipeline::StageLog;
 constexpr const char* kRole = "trainer";
 constexpr int64_t kPartialStepAfterNs = 20'000'000'000;
-constexpr int64_t kTablePollNs = 10'000'000;  // how often the tenant table is re-read
+// How often the tenant table is re-read: a new tenant's first adapter comes from us, so its
+// rollout waits for this poll (at 10 ms, half of that on average: 3-5% of a 1-tenant run). A poll
+// costs microseconds.
+constexpr int64_t kTablePollNs = 2'000'000;
 
 double WallSeconds() {
   return double(std::chrono::duration_cast<std::chrono::milliseconds>(

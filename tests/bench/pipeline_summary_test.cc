@@ -33,7 +33,8 @@ TEST(PipelineSummaryTest, SeedsAreAveragedAndRatiosTakenWithinTheRun) {
                                          MakeRun("async", 32, 1, 100, 0.50, 0.52),
                                          MakeRun("async", 32, 2, 120, 0.58, 0.48),
                                          MakeRun("multi_tenant_sync", 32, 1, 300, 0.2, 0.5),
-                                         MakeRun("async", 8, 1, 50, 0.4, 0.5)};
+                                         MakeRun("async", 8, 1, 50, 0.4, 0.5),
+                                         MakeRun("async", 8, 1, 70, 0.4, 0.5)};  // a repeat
   const PipelineSummary s = SummarisePipelineRuns(runs);
   ASSERT_EQ(s.rows.size(), 4u);
   const PipelineRow* seq = nullptr;
@@ -44,7 +45,13 @@ TEST(PipelineSummaryTest, SeedsAreAveragedAndRatiosTakenWithinTheRun) {
   }
   ASSERT_NE(seq, nullptr);
   ASSERT_NE(async, nullptr);
+  const PipelineRow& async8 = s.rows.front();  // by tenant count
+  ASSERT_EQ(async8.tenants, 8);
+  EXPECT_EQ(async8.seeds, 1);
+  EXPECT_EQ(async8.runs, 2);
+  EXPECT_DOUBLE_EQ(async8.wall_s, 60);
   EXPECT_EQ(seq->seeds, 2);
+  EXPECT_EQ(seq->runs, 2);
   EXPECT_DOUBLE_EQ(seq->wall_s, 900);
   EXPECT_NEAR(seq->final_reward_spread, 0.04, 1e-12);
   EXPECT_NEAR(async->idle_fraction, 1 - 0.54, 1e-12);

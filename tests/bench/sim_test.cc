@@ -128,11 +128,11 @@ TEST(SimulatorTest, OneSequentialTenantTakesTheSumOfItsStagesAndPolls) {
   auto r = Simulate(s, p);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_TRUE(r->complete);
-  // Admission: the trainer's table poll (half of 10 ms) and the rollout's idle sync (half of
-  // 2 ms); each step 5 passes of 10 ms and a 200 ms training step; after each step the idle
-  // rollout sees the step within its look for one (half of 0.5 ms); the service's tick (half of
-  // 2 ms) at the end.
-  const double expected = 0.005 + 0.001 + 4 * (5 * 0.01 + 0.2) + 3 * 0.00025 + 0.001;
+  // Admission: the trainer's table poll (half of 2 ms) and the rollout's idle sync (half of
+  // 2 ms); each step 5 passes of 10 ms, two ring hops (rollout to verifier to trainer, 0.15 ms
+  // each) and a 200 ms training step; after each step the idle rollout sees the step within its
+  // look for one (half of 0.5 ms); the service's tick (half of 2 ms) at the end.
+  const double expected = 0.001 + 0.001 + 4 * (5 * 0.01 + 0.2 + 2 * 0.00015) + 3 * 0.00025 + 0.001;
   EXPECT_NEAR(r->wall_s, expected, 1e-9);
   EXPECT_EQ(r->forward_passes, 4u * 5u);
   EXPECT_EQ(r->train_steps, 4u);
@@ -409,13 +409,13 @@ TEST(SimValidationTest, RepeatsOfASetUpAreOneRowCheckedOnTheirMean) {
   EXPECT_EQ(first.measured.costs.tasks.at("arithmetic").groups_started, 16u);  // pooled
   EXPECT_EQ(first.measured.costs.rollout.n, 2u);
   // The simulated run (see OneSequentialTenantTakesTheSumOfItsStagesAndPolls) against the mean.
-  const double expected = 0.005 + 0.001 + 4 * (5 * 0.01 + 0.2) + 3 * 0.00025 + 0.001;
+  const double expected = 0.001 + 0.001 + 4 * (5 * 0.01 + 0.2 + 2 * 0.00015) + 3 * 0.00025 + 0.001;
   EXPECT_NEAR(first.predicted.wall_s, expected, 1e-9);
   EXPECT_NEAR(first.error, (expected - 2.0) / 2.0, 1e-9);
   EXPECT_EQ((*rows)[1].runs, 1);
   EXPECT_DOUBLE_EQ((*rows)[1].measured.wall_s, 1.5);
   const auto targets = ValidationTargets(*rows, 0.15);
-  ASSERT_EQ(targets.size(), 1u);  // one tenant count
+  ASSERT_EQ(targets.size(), 1u);                                           // one tenant count
   EXPECT_NEAR(targets[0].value, std::fabs((expected - 2.0) / 2.0), 1e-9);  // the larger error
 }
 
