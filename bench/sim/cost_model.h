@@ -5,6 +5,7 @@
 // Profile JSON (every field optional except rollout and trainer; unknown fields are refused):
 //   {"name": "h200", "placement": "accelerator", "cores": 2, "host_cores": 32,
 //    "max_active_sequences": 256, "adapter_sync_s": 0.0005, "checkpoint_s": 0.004,
+//    "admit_s": 0.001,
 //    "rollout": [c0, c_rows, c_tokens, c_adapters],      seconds per packed forward
 //    "trainer": [c0, c_rows, c_tokens, c_tenants],       seconds per training step (padded tokens)
 //    "tasks": {"arithmetic": {"prompt_tokens": 12, "completion_tokens": 4, "tool_calls": 0,
@@ -66,6 +67,7 @@ struct CostProfile {
   int max_active_sequences = 96;  // per rollout replica (procs/rollout kMaxActiveSequences)
   double adapter_sync_s = 0;      // a published adapter reaches a rollout on another device
   double checkpoint_s = 0;        // the trainer writes one tenant's checkpoint
+  double admit_s = 0;             // the service admits one tenant (before any stage sees it)
 };
 
 Result<CostProfile> CostProfileFromJson(const std::string& text);  // errors name the field

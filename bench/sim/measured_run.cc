@@ -92,6 +92,8 @@ json MeasuredRunToJson(const MeasuredRun& r) {
             {"trainer", SumsToJson(r.costs.trainer)},
             {"checkpoints", r.costs.checkpoints},
             {"checkpoint_ns", r.costs.checkpoint_ns},
+            {"admissions", r.costs.admissions},
+            {"admit_ns", r.costs.admit_ns},
             {"tasks", tasks}}}};
 }
 
@@ -136,6 +138,9 @@ Result<MeasuredRun> MeasuredRunFromJson(const json& j, const std::string& where)
   try {
     r.costs.checkpoints = c.at("checkpoints").get<uint64_t>();
     r.costs.checkpoint_ns = c.at("checkpoint_ns").get<uint64_t>();
+    // Older files have no admission times: their admissions cost nothing in the replay.
+    r.costs.admissions = c.value("admissions", uint64_t(0));
+    r.costs.admit_ns = c.value("admit_ns", uint64_t(0));
   } catch (const json::exception& e) {
     return Bad(where, "costs.checkpoints",
                std::string("missing or mistyped count (") + e.what() + ")");
@@ -180,6 +185,8 @@ void MergeRunCosts(const RunCosts& from, RunCosts* into) {
   into->trainer.Merge(from.trainer);
   into->checkpoints += from.checkpoints;
   into->checkpoint_ns += from.checkpoint_ns;
+  into->admissions += from.admissions;
+  into->admit_ns += from.admit_ns;
   for (const auto& [task, t] : from.tasks) {
     TaskCostSums& s = into->tasks[task];
 #define MARLAAS_ADD(f) s.f += t.f;
@@ -208,6 +215,7 @@ Result<CostProfile> CalibrateProfile(const std::vector<MeasuredRun>& runs, int c
   p.rollout = *fit_rollout;
   p.trainer = *fit_trainer;
   p.checkpoint_s = Ratio(double(pooled.checkpoint_ns) * 1e-9, double(pooled.checkpoints), 0);
+  p.admit_s = Ratio(double(pooled.admit_ns) * 1e-9, double(pooled.admissions), 0);
   p.tasks = TaskCostsOf(pooled.tasks);
   return p;
 }

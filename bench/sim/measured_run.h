@@ -32,6 +32,9 @@ struct TaskCostSums {
 struct RunCosts {
   CostSums rollout{}, trainer{};                // trainer steps without their checkpoints
   uint64_t checkpoints = 0, checkpoint_ns = 0;  // trainer: tenant checkpoints and their time
+  // The service: tenants admitted and the wall time admitting them took (validating the job,
+  // writing its job.json and table row) before the stages could see them.
+  uint64_t admissions = 0, admit_ns = 0;
   std::map<std::string, TaskCostSums> tasks;
 };
 

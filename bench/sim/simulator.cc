@@ -489,7 +489,7 @@ void Simulator::OnTenantFinished(Tenant& t) {
   last_finish_ = now_;
   if (s_.mode == "sequential_sync" && next_admit_ < int(tenants_.size())) {
     const int next = next_admit_++;
-    At(now_ + kServiceTickS / 2, [this, next] { Admit(next); });
+    At(now_ + kServiceTickS / 2 + p_.admit_s, [this, next] { Admit(next); });
   }
 }
 
@@ -536,11 +536,15 @@ Result<SimResult> Simulator::Run() {
     trainers_[size_t(t.trainer)].tenants.push_back(k);
     tenants_.push_back(t);
   }
+  // Admitting takes the service admit_s a tenant; admitted together, the tenants appear at once
+  // when the last is done (Service::AdmitTogether).
   if (s_.mode == "sequential_sync") {
     next_admit_ = 1;
-    Admit(0);
+    At(p_.admit_s, [this] { Admit(0); });
   } else {
-    for (int k = 0; k < n; ++k) Admit(k);
+    At(n * p_.admit_s, [this, n] {
+      for (int k = 0; k < n; ++k) Admit(k);
+    });
     next_admit_ = n;
   }
   std::vector<int> active_on(capacity_.size());

@@ -31,7 +31,8 @@
 //    max(1, gpus / 4) trainers, the rest rollout replicas; with one, both share it), tenants
 //    spread over them round robin, and the verifier workers `host_cores` processors.
 //  - sequential_sync admits the next tenant when the previous one has finished (the service's
-//    2 ms tick), the others admit every tenant at the start.
+//    2 ms tick), the others admit every tenant at the start, all of them visible once the last
+//    is admitted; admitting costs the profile's admit_s a tenant.
 // Deterministic for a given SimSetup::seed. Not thread-safe (one Simulate call owns its state).
 #pragma once
 

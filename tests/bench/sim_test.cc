@@ -100,10 +100,12 @@ CostProfile SimpleProfile() {
 TEST(SimCostProfileTest, JsonRoundTripsAndErrorsNameTheField) {
   CostProfile p = SimpleProfile();
   p.tasks["calculator_tool"].tool_calls = 1;
+  p.admit_s = 0.002;
   auto back = CostProfileFromJson(CostProfileToJson(p));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->rollout.c, p.rollout.c);
   EXPECT_EQ(back->tasks.at("calculator_tool").tool_calls, 1);
+  EXPECT_EQ(back->admit_s, p.admit_s);
   auto unknown = CostProfileFromJson(
       R"({"rollout":[0,0,0,0],"trainer":[0,0,0,0],"tasks":{"arithmetic":{"bogus":1}}})");
   ASSERT_FALSE(unknown.ok());
@@ -151,6 +153,22 @@ TEST(SimulatorTest, OneSequentialTenantTakesTheSumOfItsStagesAndPolls) {
   EXPECT_NEAR(c->wall_s, expected + 2 * 0.05, 1e-9);
   s.checkpoint_every = 0;
   EXPECT_FALSE(Simulate(s, with_checkpoints).ok());
+  // Admitting takes the service admit_s a tenant before any stage sees it: one after another in
+  // sequential_sync, all of them before the first is seen in the batched modes.
+  CostProfile admitting = p;
+  admitting.admit_s = 0.02;
+  s.checkpoint_every = 10;
+  auto a = Simulate(s, admitting);
+  ASSERT_TRUE(a.ok());
+  EXPECT_NEAR(a->wall_s, expected + 0.02, 1e-9);
+  s.tasks = {"arithmetic", "arithmetic", "arithmetic"};
+  auto three = Simulate(s, p), three_admitting = Simulate(s, admitting);
+  ASSERT_TRUE(three.ok() && three_admitting.ok());
+  EXPECT_NEAR(three_admitting->wall_s - three->wall_s, 3 * 0.02, 1e-9);
+  s.mode = "multi_tenant_sync";
+  three = Simulate(s, p), three_admitting = Simulate(s, admitting);
+  ASSERT_TRUE(three.ok() && three_admitting.ok());
+  EXPECT_NEAR(three_admitting->wall_s - three->wall_s, 3 * 0.02, 1e-9);
 }
 
 // The simulated trainer pads as rl::MultiTenantStep does: tenants whose rows are within 2x of the
@@ -318,6 +336,8 @@ TEST(SimMeasuredRunTest, RoundTripsThroughJsonAndCalibratesTheTasks) {
   m.checkpoint_every = 8;
   m.costs.checkpoints = 2;
   m.costs.checkpoint_ns = 2 * 5'000'000;
+  m.costs.admissions = 2;
+  m.costs.admit_ns = 2 * 1'500'000;
   m.verifier_workers = 2;
   for (int i = 1; i <= 10; ++i) {
     m.costs.rollout.Add(i, 2 * i, 1, 0.001 * i);
@@ -354,6 +374,13 @@ TEST(SimMeasuredRunTest, RoundTripsThroughJsonAndCalibratesTheTasks) {
   EXPECT_DOUBLE_EQ(t.trained_tokens, 100);
   EXPECT_NEAR(p->rollout.Seconds(5, 10, 1), 0.005, 1e-9);
   EXPECT_NEAR(p->checkpoint_s, 0.005, 1e-12);
+  EXPECT_NEAR(p->admit_s, 0.0015, 1e-12);
+  nlohmann::json older = MeasuredRunToJson(m);  // before admissions were timed
+  older["costs"].erase("admissions");
+  older["costs"].erase("admit_ns");
+  auto old = MeasuredRunFromJson(older, "run 2");
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->costs.admit_ns, 0u);
   EXPECT_EQ(back->checkpoint_every, 8);
   nlohmann::json unweighted = MeasuredRunToJson(m);
   unweighted["costs"]["trainer"].erase("weights");  // as an older build wrote them
