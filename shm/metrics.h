@@ -21,11 +21,14 @@ inline constexpr int kStalenessBuckets = 8;  // staleness 0..6, and >= 7
 // from which the simulator (bench/sim) is calibrated. The regressors are stage-defined: rollout,
 // one packed forward: rows (sequences), tokens, distinct adapters; trainer, one training step:
 // completions, padded tokens (the positions of the padded batches it ran, rl/multi_tenant_step.h),
-// tenants stepped. The seconds are the pass's CPU time (base/cpu_time.h), not its wall time: the
-// simulator models the sharing of cores itself. Each pass is weighted by 1/seconds^2, so the fit
-// minimises relative errors: a 2 ms step of a one-tenant run counts as much as a 200 ms batched
-// one (unweighted, the large passes decide the line and small ones come out 2x off, while the
-// simulator is judged on runs of every size). Plain data (it lives in shared memory).
+// tenants trained (with rows: a tenant whose groups were all degenerate steps without a forward,
+// backward or optimizer step, and counting it would pin the per-tenant cost of a real one to
+// that of such a step; the constant takes those). The seconds are the pass's CPU time
+// (base/cpu_time.h), not its wall time: the simulator models the sharing of cores itself. Each pass
+// is weighted by 1/seconds^2, so the fit minimises relative errors: a 2 ms step of a one-tenant run
+// counts as much as a 200 ms batched one (unweighted, the large passes decide the line and small
+// ones come out 2x off, while the simulator is judged on runs of every size). Plain data (it lives
+// in shared memory).
 struct CostSums {
   static constexpr int kTerms = 4;             // the constant and three regressors
   static constexpr double kMinSeconds = 1e-5;  // weights are capped at 1/kMinSeconds^2

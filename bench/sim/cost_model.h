@@ -7,7 +7,8 @@
 //    "max_active_sequences": 256, "adapter_sync_s": 0.0005, "checkpoint_s": 0.004,
 //    "admit_s": 0.001,
 //    "rollout": [c0, c_rows, c_tokens, c_adapters],      seconds per packed forward
-//    "trainer": [c0, c_rows, c_tokens, c_tenants],       seconds per training step (padded tokens)
+//    "trainer": [c0, c_rows, c_tokens, c_tenants],       seconds per training step (padded tokens,
+//                                                          tenants with rows to train)
 //    "tasks": {"arithmetic": {"prompt_tokens": 12, "completion_tokens": 4, "tool_calls": 0,
 //              "verify_s": 0.0001, "tool_s": 0, "degenerate": 0.3, "trained_tokens": 16}, ...}}
 // Pure functions and plain data.

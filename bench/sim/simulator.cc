@@ -450,6 +450,8 @@ void Simulator::KickTrainer(Trainer& tr) {
     }
     trained.emplace_back(id, rows);
   }
+  const double training = double(
+      std::count_if(trained.begin(), trained.end(), [](const auto& t) { return t.second > 0; }));
   const auto [rows, tokens] = PaddedBatch(std::move(trained));
   tr.busy = true;
   ++result_.train_steps;
@@ -460,7 +462,7 @@ void Simulator::KickTrainer(Trainer& tr) {
     if (step >= uint64_t(s_.steps) || step % uint64_t(s_.checkpoint_every) == 0) ++checkpoints;
   }
   Start(tr.device, kTrainerEngine,
-        p_.trainer.Seconds(rows, tokens, double(stepping.size())) + checkpoints * p_.checkpoint_s,
+        p_.trainer.Seconds(rows, tokens, training) + checkpoints * p_.checkpoint_s,
         [this, self, stepping, P] {
           Trainer& tr = trainers_[self];
           tr.busy = false;

@@ -21,10 +21,9 @@
 //  - trainer: one step for every tenant with prompts_per_step groups ready (lockstep: once every
 //    group its round started has arrived), costing trainer(rows, tokens, tenants) with rows the
 //    completions of its non-degenerate groups (each group is degenerate, all rewards equal, with
-//    the task's measured share, drawn when it starts) and tokens padded as rl::MultiTenantStep
-//    pads them, plus
-//    checkpoint_s for each tenant it checkpoints; it learns of admitted tenants by polling every
-//    2 ms.
+//    the task's measured share, drawn when it starts), tokens padded as rl::MultiTenantStep pads
+//    them and tenants those with rows, plus checkpoint_s for each tenant it checkpoints; it
+//    learns of admitted tenants by polling every 2 ms.
 //  - machine: "shared" placement runs rollout, trainer and verifier workers on `cores`
 //    processors shared fairly (a stage slows down when more are busy than there are cores);
 //    "accelerator" placement gives each rollout replica and trainer a device (with `gpus` devices:

@@ -515,7 +515,7 @@ bool Trainer::TrainReady(bool under_pressure) {
   // simulator shares the cores itself) without its checkpoints, which are timed on their own.
   const int64_t cpu = ProcessCpuNanos() - cpu0;
   const int64_t checkpointing = checkpoint_cpu_ns_ - checkpoint_cpu_before;
-  engine_.cost.Add(double(rows), double(padded), double(stepping.size()),
+  engine_.cost.Add(double(rows), double(padded), double(steps.size()),
                    double(std::max<int64_t>(0, cpu - checkpointing)) * 1e-9);
   return true;
 }

@@ -242,6 +242,12 @@ TEST(SimulatorTest, DegenerateGroupsAreDrawnPerGroupAndTheMeanOfRunsKeepsTheShar
   EXPECT_TRUE(mean->complete);
   EXPECT_EQ(mean->train_steps, 40u);
   EXPECT_FALSE(SimulateMean(s, p, 0).ok());
+  // The per-tenant term is a tenant that trains (forward, backward, optimizer): a step whose
+  // groups are all degenerate does not pay it (the trainer's fit counts tenants with rows).
+  p.trainer.c = {0, 0, 0, 0.05};
+  s.seed = 1;
+  EXPECT_NEAR(trained_s(0, 1), 40 * 0.05, 1e-9);
+  EXPECT_NEAR(trained_s(1, 1), 0, 1e-9);
 }
 
 TEST(SimulatorTest, OverlapAndBatchingMakeAsyncFasterAndSharedCoresSlowItDown) {
