@@ -85,7 +85,7 @@ PassRow Passes(const model::Transformer& model,
     gen.Step();
     const double s = Seconds(t0);
     const model::StepShape& shape = gen.last_step();
-    sums->Add(double(shape.rows), double(shape.tokens), double(shape.adapters), s);
+    sums->Add(double(shape.rows), double(shape.tokens), double(shape.adapters), 0.0, s);  // warm
     if (shape.tokens > shape.rows) {
       out.prefill_ms = s * 1e3;
     } else {
@@ -137,7 +137,7 @@ StepRow TrainStep(const model::Transformer& model, int tenants, int rows, int le
     const double s = Seconds(t0);
     double padded = 0;
     for (const auto& x : res) padded += double(x.padded_tokens);
-    sums->Add(double(rows), padded, double(tenants), s);
+    sums->Add(double(rows), padded, double(tenants), 0.0, s);  // back to back: warm
     ms.push_back(s * 1e3);
   }
   return {tenants, rows, len, Percentile(ms, 50)};
@@ -283,7 +283,7 @@ int Run(int argc, char** argv) {
   }
   if (largest != nullptr && largest->decode_ms > 0) {
     const double predicted =
-        profile.rollout.Seconds(largest->rows, largest->rows, largest->adapters) * 1e3;
+        profile.rollout.Seconds(largest->rows, largest->rows, largest->adapters, false) * 1e3;
     targets.push_back({"rollout fit / measured, decode pass of " + std::to_string(largest->rows) +
                            " rows, " + std::to_string(largest->adapters) + " adapters (within 25%)",
                        std::abs(predicted / largest->decode_ms - 1.0), 0.25, false});

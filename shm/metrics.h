@@ -14,7 +14,7 @@
 
 namespace marlaas {
 
-inline constexpr uint32_t kMetricsLayoutVersion = 5;
+inline constexpr uint32_t kMetricsLayoutVersion = 6;
 inline constexpr int kStalenessBuckets = 8;  // staleness 0..6, and >= 7
 
 // Sums for a least-squares fit of a stage's cost per pass, seconds = c0 + c1*x1 + c2*x2 + c3*x3,
@@ -30,15 +30,21 @@ inline constexpr int kStalenessBuckets = 8;  // staleness 0..6, and >= 7
 // ones come out 2x off, while the simulator is judged on runs of every size). Plain data (it lives
 // in shared memory).
 struct CostSums {
-  static constexpr int kTerms = 4;             // the constant and three regressors
+  static constexpr int kTerms = 5;             // the constant, three regressors and `cold`
   static constexpr double kMinSeconds = 1e-5;  // weights are capped at 1/kMinSeconds^2
-  uint64_t n;                                  // passes added
-  double xtx[kTerms][kTerms];  // sum of w x x^T, x = (1, x1, x2, x3), w = 1/seconds^2
+  // A pass is cold when its engine was idle for longer than this before it: it then pays for
+  // what it lost while waiting (caches the other stages took, an idle core's wake-up). In a
+  // trace on the 2-core machine a 4-row training step cost 12 ms back to back and 18-20 ms after
+  // the trainer had waited 5 ms for the rollout, as every step of a lockstep run does.
+  static constexpr int64_t kColdAfterNs = 1'000'000;
+  uint64_t n;                  // passes added
+  double xtx[kTerms][kTerms];  // sum of w x x^T, x = (1, x1, x2, x3, cold), w = 1/seconds^2
   double xty[kTerms];          // sum of w x seconds
   double yy;                   // sum of w seconds^2
 
-  void Add(double x1, double x2, double x3, double seconds) {
-    const double x[kTerms] = {1.0, x1, x2, x3};
+  // `cold`: 1 for a pass after more than kColdAfterNs idle, else 0.
+  void Add(double x1, double x2, double x3, double cold, double seconds) {
+    const double x[kTerms] = {1.0, x1, x2, x3, cold};
     const double clamped = seconds > kMinSeconds ? seconds : kMinSeconds;
     const double w = 1.0 / (clamped * clamped);
     ++n;

@@ -75,10 +75,12 @@ Status ReadInt(const json& obj, const std::string& key, int lo, int hi, int* out
 }
 
 Status ReadCost(const json& doc, const std::string& key, LinearCost* out) {
-  if (!doc.contains(key)) return FieldError(key, "missing (4 coefficients)");
+  if (!doc.contains(key)) return FieldError(key, "missing (5 coefficients)");
   const json& v = doc.at(key);
-  if (!v.is_array() || v.size() != CostSums::kTerms)
-    return FieldError(key, "must be an array of 4 numbers");
+  // 4: a profile without the cold-start term (written before it existed).
+  if (!v.is_array() || (v.size() != CostSums::kTerms && v.size() != CostSums::kTerms - 1))
+    return FieldError(key, "must be an array of 5 numbers (or 4, without the cold-start term)");
+  out->c = {};
   for (size_t i = 0; i < v.size(); ++i) {
     if (!v[i].is_number() || !std::isfinite(v[i].get<double>()) || v[i].get<double>() < 0)
       return FieldError(key + "[" + std::to_string(i) + "]", "must be a number >= 0");
@@ -97,10 +99,10 @@ Result<LinearCost> FitLinearCost(const CostSums& sums) {
   const double wsum = sums.xtx[0][0];  // the sum of the weights
   LinearCost best;
   double best_rss = std::numeric_limits<double>::infinity();
-  for (int mask = 1; mask < 16; ++mask) {
+  for (int mask = 1; mask < (1 << CostSums::kTerms); ++mask) {
     std::vector<int> idx;
     bool varies = true;
-    for (int j = 0; j <= 3; ++j) {
+    for (int j = 0; j < CostSums::kTerms; ++j) {
       if (!(mask & (1 << j))) continue;
       if (j > 0) {  // a regressor that never varied is the constant's job
         const double mean = sums.xtx[0][j] / wsum, var = sums.xtx[j][j] / wsum - mean * mean;

@@ -6,9 +6,10 @@
 //   {"name": "h200", "placement": "accelerator", "cores": 2, "host_cores": 32,
 //    "max_active_sequences": 256, "adapter_sync_s": 0.0005, "checkpoint_s": 0.004,
 //    "admit_s": 0.001,
-//    "rollout": [c0, c_rows, c_tokens, c_adapters],      seconds per packed forward
-//    "trainer": [c0, c_rows, c_tokens, c_tenants],       seconds per training step (padded tokens,
-//                                                          tenants with rows to train)
+//    "rollout": [c0, c_rows, c_tokens, c_adapters, c_cold], seconds per packed forward
+//    "trainer": [c0, c_rows, c_tokens, c_tenants, c_cold],  seconds per training step (padded
+//                                                             tokens, tenants with rows to train)
+//    (c_cold: added to a pass after its engine idled; a profile of 4 numbers has none)
 //    "tasks": {"arithmetic": {"prompt_tokens": 12, "completion_tokens": 4, "tool_calls": 0,
 //              "verify_s": 0.0001, "tool_s": 0, "degenerate": 0.3, "trained_tokens": 16}, ...}}
 // Pure functions and plain data.
@@ -23,16 +24,17 @@
 
 namespace marlaas::sim {
 
-// seconds = c[0] + c[1]*x1 + c[2]*x2 + c[3]*x3 with every coefficient >= 0.
+// seconds = c[0] + c[1]*x1 + c[2]*x2 + c[3]*x3 + c[4]*cold with every coefficient >= 0; `cold`
+// is 1 for a pass after its engine idled (CostSums::kColdAfterNs), else 0.
 struct LinearCost {
   std::array<double, CostSums::kTerms> c{};
-  double Seconds(double x1, double x2, double x3) const {
-    return c[0] + c[1] * x1 + c[2] * x2 + c[3] * x3;
+  double Seconds(double x1, double x2, double x3, bool cold) const {
+    return c[0] + c[1] * x1 + c[2] * x2 + c[3] * x3 + (cold ? c[4] : 0.0);
   }
 };
 
 // Weighted least squares (each pass weighted as CostSums::Add says) over every non-empty subset
-// of the four terms (the constant and the three regressors), keeping the subsets whose
+// of the five terms (the constant, the three regressors and `cold`), keeping the subsets whose
 // coefficients are all >= 0, and of those the one with the smallest residual: a regressor that did
 // not vary, or that only adds noise, gets 0 instead of a wild value. The constant is a term like
 // the others: when costs grow a little faster than linearly, the fit with the constant wants it

@@ -37,7 +37,9 @@ Status SumsFromJson(const json& j, const std::string& where, const std::string& 
   const json &xtx = j["xtx"], &xty = j["xty"];
   if (!j["n"].is_number_unsigned() || !j["yy"].is_number() || !xtx.is_array() ||
       xtx.size() != CostSums::kTerms || !xty.is_array() || xty.size() != CostSums::kTerms)
-    return Bad(where, field, "n must be a count, xtx 4x4 and xty 4 numbers");
+    return Bad(where, field,
+               "n must be a count, xtx 5x5 and xty 5 numbers (4: sums from an older build, "
+               "without the cold-start term: rerun bench pipeline)");
   out->n = j["n"].get<uint64_t>();
   out->yy = j["yy"].get<double>();
   for (int r = 0; r < CostSums::kTerms; ++r) {

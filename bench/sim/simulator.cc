@@ -89,6 +89,7 @@ class Simulator {
   struct Replica {
     int device = 0;
     bool busy = false;
+    double last_end = -1;  // when its last pass ended: a pass after a longer gap is cold
     double wake_at = std::numeric_limits<double>::infinity();  // the earliest wake scheduled
     bool trainer_stepped = false;  // since its last sync: it syncs after the pass in progress
     double last_sync = -1;
@@ -100,6 +101,7 @@ class Simulator {
   struct Trainer {
     int device = 0;
     bool busy = false;
+    double last_end = -1;  // when its last step ended
     std::vector<int> tenants;
   };
   struct VerifierJob {
@@ -112,6 +114,11 @@ class Simulator {
   };
 
   void At(double t, std::function<void()> fn) { timers_.push({t, timer_seq_++, std::move(fn)}); }
+  // A pass of an engine whose last one ended at `last_end` (< 0: none yet) is cold after a gap
+  // longer than CostSums::kColdAfterNs, as the stages classify theirs.
+  bool Cold(double last_end) const {
+    return last_end < 0 || now_ - last_end > double(CostSums::kColdAfterNs) * 1e-9;
+  }
   void Start(int device, Engine e, double seconds, std::function<void()> done) {
     works_.push_back({device, std::max(seconds, 0.0), now_, e, std::move(done)});
   }
@@ -304,12 +311,14 @@ void Simulator::KickReplica(Replica& r) {
   r.busy = true;
   ++result_.forward_passes;
   const size_t self = size_t(&r - replicas_.data());
-  Start(r.device, kRolloutEngine, p_.rollout.Seconds(rows, tokens, double(adapters.size())),
+  Start(r.device, kRolloutEngine,
+        p_.rollout.Seconds(rows, tokens, double(adapters.size()), Cold(r.last_end)),
         [this, self, batch] { FinishPass(replicas_[self], batch); });
 }
 
 void Simulator::FinishPass(Replica& r, const std::vector<int>& batch) {
   r.busy = false;
+  r.last_end = now_;
   std::set<int> leaving;
   for (int id : batch) {
     Sequence& q = seqs_[size_t(id)];
@@ -461,28 +470,30 @@ void Simulator::KickTrainer(Trainer& tr) {
     const uint64_t step = tenants_[size_t(id)].steps + 1;
     if (step >= uint64_t(s_.steps) || step % uint64_t(s_.checkpoint_every) == 0) ++checkpoints;
   }
-  Start(tr.device, kTrainerEngine,
-        p_.trainer.Seconds(rows, tokens, training) + checkpoints * p_.checkpoint_s,
-        [this, self, stepping, P] {
-          Trainer& tr = trainers_[self];
-          tr.busy = false;
-          for (int id : stepping) {
-            Tenant& t = tenants_[size_t(id)];
-            ++t.version;
-            ++t.steps;
-            t.retired += P;
-            if (t.steps >= uint64_t(s_.steps)) OnTenantFinished(t);
-            const int replica = t.replica;
-            const bool remote =
-                p_.placement == "accelerator" && replicas_[size_t(replica)].device != tr.device;
-            if (remote && p_.adapter_sync_s > 0) {
-              At(now_ + p_.adapter_sync_s,
-                 [this, replica] { WakeReplica(replica, kRolloutLookS / 2, true); });
-            } else {
-              WakeReplica(replica, kRolloutLookS / 2, true);
-            }
+  Start(
+      tr.device, kTrainerEngine,
+      p_.trainer.Seconds(rows, tokens, training, Cold(tr.last_end)) + checkpoints * p_.checkpoint_s,
+      [this, self, stepping, P] {
+        Trainer& tr = trainers_[self];
+        tr.busy = false;
+        tr.last_end = now_;
+        for (int id : stepping) {
+          Tenant& t = tenants_[size_t(id)];
+          ++t.version;
+          ++t.steps;
+          t.retired += P;
+          if (t.steps >= uint64_t(s_.steps)) OnTenantFinished(t);
+          const int replica = t.replica;
+          const bool remote =
+              p_.placement == "accelerator" && replicas_[size_t(replica)].device != tr.device;
+          if (remote && p_.adapter_sync_s > 0) {
+            At(now_ + p_.adapter_sync_s,
+               [this, replica] { WakeReplica(replica, kRolloutLookS / 2, true); });
+          } else {
+            WakeReplica(replica, kRolloutLookS / 2, true);
           }
-        });
+        }
+      });
 }
 
 void Simulator::OnTenantFinished(Tenant& t) {

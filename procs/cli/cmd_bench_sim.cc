@@ -138,12 +138,14 @@ int RunBenchSim(std::vector<std::string> args) {
   }
   const sim::CostProfile& c = *calibrated;
   std::printf("cost profile (%s, %d cores):\n", c.name.c_str(), c.cores);
-  std::printf("  rollout pass  = %.3g s + %.3g s/row + %.3g s/token + %.3g s/adapter\n",
-              c.rollout.c[0], c.rollout.c[1], c.rollout.c[2], c.rollout.c[3]);
   std::printf(
-      "  trainer step  = %.3g s + %.3g s/row + %.3g s/padded token + %.3g s/tenant; "
-      "%.3g s per tenant checkpoint; %.3g s per admission\n",
-      c.trainer.c[0], c.trainer.c[1], c.trainer.c[2], c.trainer.c[3], c.checkpoint_s, c.admit_s);
+      "  rollout pass  = %.3g s + %.3g s/row + %.3g s/token + %.3g s/adapter (+ %.3g s cold)\n",
+      c.rollout.c[0], c.rollout.c[1], c.rollout.c[2], c.rollout.c[3], c.rollout.c[4]);
+  std::printf(
+      "  trainer step  = %.3g s + %.3g s/row + %.3g s/padded token + %.3g s/training tenant "
+      "(+ %.3g s cold); %.3g s per tenant checkpoint; %.3g s per admission\n",
+      c.trainer.c[0], c.trainer.c[1], c.trainer.c[2], c.trainer.c[3], c.trainer.c[4],
+      c.checkpoint_s, c.admit_s);
   for (const auto& [name, t] : c.tasks) {
     std::printf(
         "  %-17s prompt %.1f tok, completion %.1f tok, %.2f tool calls, verify %.2f ms/"

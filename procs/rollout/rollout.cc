@@ -581,6 +581,7 @@ Status Rollout::Run() {
   if (prev.ok()) engine_.cost = prev->cost;  // the cost sums span restarts (shm/metrics.h)
   metrics_.StoreEngine(engine_);             // ready: serve's WaitUntilReady sees the start time
   int64_t last_sync = 0;
+  int64_t last_pass_end = 0;   // a pass after a longer idle gap is cold (CostSums)
   uint64_t trainer_steps = 0;  // the trainer's step count at our last sync
   while (!pipeline::StopRequested()) {
     // After every pass during which the trainer stepped (a tenant's new adapter, its retired
@@ -606,8 +607,10 @@ Status Rollout::Run() {
       engine_.busy_ns += uint64_t(spent);
       const model::StepShape& shape = gen_.last_step();
       // The fit takes the pass's CPU time: the simulator shares the cores itself.
+      const bool cold = t0 - last_pass_end > CostSums::kColdAfterNs;
+      last_pass_end = MonotonicNanos();
       engine_.cost.Add(double(shape.rows), double(shape.tokens), double(shape.adapters),
-                       double(cpu) * 1e-9);
+                       cold ? 1.0 : 0.0, double(cpu) * 1e-9);
       engine_.items += gen_.active() + done.size();
       for (auto& r : done) OnFinished(r);
     } else {

@@ -127,6 +127,7 @@ class Trainer {
   std::unordered_map<uint64_t, Pending*> pending_by_group_;  // buffered groups' records
   EngineMetrics engine_{};
   int64_t checkpoint_cpu_ns_ = 0;  // CPU time of the checkpoints written (kept out of step costs)
+  int64_t last_step_end_ns_ = 0;   // monotonic: a step after a longer idle gap is cold (CostSums)
   // --adapter-broadcast: every published adapter also goes to the replicas on other GPUs.
   std::unique_ptr<AdapterFanout> fanout_;
 };
@@ -515,7 +516,9 @@ bool Trainer::TrainReady(bool under_pressure) {
   // simulator shares the cores itself) without its checkpoints, which are timed on their own.
   const int64_t cpu = ProcessCpuNanos() - cpu0;
   const int64_t checkpointing = checkpoint_cpu_ns_ - checkpoint_cpu_before;
-  engine_.cost.Add(double(rows), double(padded), double(steps.size()),
+  const bool cold = t0 - last_step_end_ns_ > CostSums::kColdAfterNs;
+  last_step_end_ns_ = MonotonicNanos();
+  engine_.cost.Add(double(rows), double(padded), double(steps.size()), cold ? 1.0 : 0.0,
                    double(std::max<int64_t>(0, cpu - checkpointing)) * 1e-9);
   return true;
 }

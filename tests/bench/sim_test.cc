@@ -21,7 +21,8 @@ TEST(SimCostFitTest, RecoversTheCoefficientsOfANoisyLinearCost) {
   for (int i = 0; i < 2000; ++i) {
     const double r = std::floor(rows(rng)), tokens = r + std::floor(rows(rng)) * 3;
     const double adapters = 1 + i % 7;
-    sums.Add(r, tokens, adapters, 2e-3 + 1e-4 * r + 3e-6 * tokens + 5e-5 * adapters + noise(rng));
+    sums.Add(r, tokens, adapters, 0,
+             2e-3 + 1e-4 * r + 3e-6 * tokens + 5e-5 * adapters + noise(rng));
   }
   auto fit = FitLinearCost(sums);
   ASSERT_TRUE(fit.ok()) << fit.status().ToString();
@@ -35,14 +36,14 @@ TEST(SimCostFitTest, AConstantOrHarmfulRegressorGetsZeroNeverANegativeCoefficien
   CostSums sums{};
   // Cost grows with rows; tokens track rows but cost falls with them in this data, and
   // adapters never vary: a plain least squares would give tokens a negative coefficient.
-  for (int r = 1; r <= 50; ++r) sums.Add(r, 100.0 - r, 1, 1e-3 + 2e-4 * r);
+  for (int r = 1; r <= 50; ++r) sums.Add(r, 100.0 - r, 1, 0, 1e-3 + 2e-4 * r);
   auto fit = FitLinearCost(sums);
   ASSERT_TRUE(fit.ok());
   for (double c : fit->c) EXPECT_GE(c, 0);
-  EXPECT_NEAR(fit->Seconds(10, 90, 1), 1e-3 + 2e-4 * 10, 1e-9);
+  EXPECT_NEAR(fit->Seconds(10, 90, 1, false), 1e-3 + 2e-4 * 10, 1e-9);
   EXPECT_EQ(fit->c[3], 0);
   CostSums one{};
-  one.Add(1, 1, 1, 1);
+  one.Add(1, 1, 1, 0, 1);
   EXPECT_FALSE(FitLinearCost(one).ok());
 }
 
@@ -53,7 +54,7 @@ TEST(SimCostFitTest, ACostThatGrowsFasterThanLinearlyIsFitWithoutTheConstant) {
   CostSums sums{};
   for (int i = 1; i <= 40; ++i) {
     const double tokens = 40.0 * i;
-    sums.Add(i, tokens, 1, 1e-4 * tokens + 2e-8 * tokens * tokens);
+    sums.Add(i, tokens, 1, 0, 1e-4 * tokens + 2e-8 * tokens * tokens);
   }
   auto fit = FitLinearCost(sums);
   ASSERT_TRUE(fit.ok());
@@ -62,7 +63,7 @@ TEST(SimCostFitTest, ACostThatGrowsFasterThanLinearlyIsFitWithoutTheConstant) {
   // Within 25% at the small and the large end; the mean alone is off by 4x at one end.
   for (double tokens : {80.0, 1600.0}) {
     const double truth = 1e-4 * tokens + 2e-8 * tokens * tokens;
-    EXPECT_NEAR(fit->Seconds(tokens / 40, tokens, 1), truth, 0.25 * truth) << tokens;
+    EXPECT_NEAR(fit->Seconds(tokens / 40, tokens, 1, false), truth, 0.25 * truth) << tokens;
   }
 }
 
@@ -75,12 +76,13 @@ TEST(SimCostFitTest, SmallPassesAreFitAsCloselyAsLargeOnes) {
   auto truth = [](double tokens) { return 4e-3 + 1e-5 * tokens + 2e-9 * tokens * tokens; };
   for (int i = 0; i < 400; ++i) {
     const double tokens = i % 10 == 0 ? 20.0 + i : 2000.0 + 5 * i;
-    sums.Add(tokens / 20, tokens, 1, truth(tokens));
+    sums.Add(tokens / 20, tokens, 1, 0, truth(tokens));
   }
   auto fit = FitLinearCost(sums);
   ASSERT_TRUE(fit.ok());
   for (double tokens : {20.0, 400.0, 2000.0, 4000.0})
-    EXPECT_NEAR(fit->Seconds(tokens / 20, tokens, 1), truth(tokens), 0.3 * truth(tokens)) << tokens;
+    EXPECT_NEAR(fit->Seconds(tokens / 20, tokens, 1, false), truth(tokens), 0.3 * truth(tokens))
+        << tokens;
 }
 
 CostProfile SimpleProfile() {
@@ -117,6 +119,13 @@ TEST(SimCostProfileTest, JsonRoundTripsAndErrorsNameTheField) {
   ASSERT_FALSE(cores.ok());
   EXPECT_NE(cores.status().message().find("cores"), std::string::npos);
   EXPECT_FALSE(CostProfileFromJson(R"({"trainer":[0,0,0,0]})").ok());  // rollout missing
+  // Four coefficients: a profile from before the cold-start term, which it then lacks.
+  auto four = CostProfileFromJson(R"({"rollout":[1,0,0,0],"trainer":[0,0,0,2]})");
+  ASSERT_TRUE(four.ok()) << four.status().ToString();
+  EXPECT_EQ(four->rollout.c[0], 1);
+  EXPECT_EQ(four->rollout.c[4], 0);
+  EXPECT_EQ(four->trainer.c[3], 2);
+  EXPECT_EQ(back->trainer.c, p.trainer.c);  // all five written and read back
 }
 
 TEST(SimulatorTest, OneSequentialTenantTakesTheSumOfItsStagesAndPolls) {
@@ -153,6 +162,15 @@ TEST(SimulatorTest, OneSequentialTenantTakesTheSumOfItsStagesAndPolls) {
   EXPECT_NEAR(c->wall_s, expected + 2 * 0.05, 1e-9);
   s.checkpoint_every = 0;
   EXPECT_FALSE(Simulate(s, with_checkpoints).ok());
+  s.checkpoint_every = 10;
+  // Cold passes (CostSums::kColdAfterNs): each round's first rollout pass comes after the 200 ms
+  // step, each step after 50 ms of generation; the passes within a round are back to back.
+  CostProfile cold = p;
+  cold.rollout.c[4] = 0.003;
+  cold.trainer.c[4] = 0.03;
+  auto k = Simulate(s, cold);
+  ASSERT_TRUE(k.ok());
+  EXPECT_NEAR(k->wall_s, expected + 4 * 0.003 + 4 * 0.03, 1e-9);
   // Admitting takes the service admit_s a tenant before any stage sees it: one after another in
   // sequential_sync, all of them before the first is seen in the batched modes.
   CostProfile admitting = p;
@@ -346,8 +364,8 @@ TEST(SimMeasuredRunTest, RoundTripsThroughJsonAndCalibratesTheTasks) {
   m.costs.admit_ns = 2 * 1'500'000;
   m.verifier_workers = 2;
   for (int i = 1; i <= 10; ++i) {
-    m.costs.rollout.Add(i, 2 * i, 1, 0.001 * i);
-    m.costs.trainer.Add(4 * i, 40 * i, 1, 0.01 + 0.001 * i);
+    m.costs.rollout.Add(i, 2 * i, 1, 0, 0.001 * i);
+    m.costs.trainer.Add(4 * i, 40 * i, 1, i % 2, 0.01 + 0.001 * i + 0.005 * (i % 2));
   }
   TaskCostSums& calc = m.costs.tasks["calculator_tool"];
   calc.groups_started = 16;
@@ -378,7 +396,10 @@ TEST(SimMeasuredRunTest, RoundTripsThroughJsonAndCalibratesTheTasks) {
   EXPECT_NEAR(t.tool_s, 0.003, 1e-12);
   EXPECT_DOUBLE_EQ(t.degenerate, 0.25);
   EXPECT_DOUBLE_EQ(t.trained_tokens, 100);
-  EXPECT_NEAR(p->rollout.Seconds(5, 10, 1), 0.005, 1e-9);
+  EXPECT_NEAR(p->rollout.Seconds(5, 10, 1, false), 0.005, 1e-9);
+  // Every other training step was cold (after an idle gap) and cost 5 ms more: the cold term.
+  EXPECT_NEAR(p->trainer.Seconds(8, 80, 1, false), 0.012, 1e-9);
+  EXPECT_NEAR(p->trainer.Seconds(8, 80, 1, true), 0.017, 1e-9);
   EXPECT_NEAR(p->checkpoint_s, 0.005, 1e-12);
   EXPECT_NEAR(p->admit_s, 0.0015, 1e-12);
   nlohmann::json older = MeasuredRunToJson(m);  // before admissions were timed
@@ -388,6 +409,12 @@ TEST(SimMeasuredRunTest, RoundTripsThroughJsonAndCalibratesTheTasks) {
   ASSERT_TRUE(old.ok()) << old.status().ToString();
   EXPECT_EQ(old->costs.admit_ns, 0u);
   EXPECT_EQ(back->checkpoint_every, 8);
+  nlohmann::json four_terms = MeasuredRunToJson(m);  // an older build, without the cold term
+  four_terms["costs"]["rollout"]["xty"].erase(4);
+  auto refused_four = MeasuredRunFromJson(four_terms, "run 4");
+  ASSERT_FALSE(refused_four.ok());
+  EXPECT_NE(refused_four.status().message().find("cold-start"), std::string::npos)
+      << refused_four.status().ToString();
   nlohmann::json unweighted = MeasuredRunToJson(m);
   unweighted["costs"]["trainer"].erase("weights");  // as an older build wrote them
   auto refused = MeasuredRunFromJson(unweighted, "run 3");
@@ -425,7 +452,7 @@ TEST(SimValidationTest, RepeatsOfASetUpAreOneRowCheckedOnTheirMean) {
   a.completion_tokens = 32 * 5;
   a.rows_trained = 32;
   a.tokens_trained = a.padded_tokens_trained = 32 * 15;
-  m.costs.rollout.Add(8, 8, 1, 0.01);
+  m.costs.rollout.Add(8, 8, 1, 0, 0.01);
   std::vector<MeasuredRun> runs(3, m);
   runs[0].wall_s = 1.0;
   runs[1].wall_s = 3.0;
