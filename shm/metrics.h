@@ -42,7 +42,8 @@ struct CostSums {
   double xty[kTerms];          // sum of w x seconds
   double yy;                   // sum of w seconds^2
 
-  // `cold`: 1 for a pass after more than kColdAfterNs idle, else 0.
+  // `cold`: 1 for a pass after more than kColdAfterNs idle that computes (the trainer: not a step
+  // of only degenerate groups), else 0.
   void Add(double x1, double x2, double x3, double cold, double seconds) {
     const double x[kTerms] = {1.0, x1, x2, x3, cold};
     const double clamped = seconds > kMinSeconds ? seconds : kMinSeconds;

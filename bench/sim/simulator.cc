@@ -470,30 +470,30 @@ void Simulator::KickTrainer(Trainer& tr) {
     const uint64_t step = tenants_[size_t(id)].steps + 1;
     if (step >= uint64_t(s_.steps) || step % uint64_t(s_.checkpoint_every) == 0) ++checkpoints;
   }
-  Start(
-      tr.device, kTrainerEngine,
-      p_.trainer.Seconds(rows, tokens, training, Cold(tr.last_end)) + checkpoints * p_.checkpoint_s,
-      [this, self, stepping, P] {
-        Trainer& tr = trainers_[self];
-        tr.busy = false;
-        tr.last_end = now_;
-        for (int id : stepping) {
-          Tenant& t = tenants_[size_t(id)];
-          ++t.version;
-          ++t.steps;
-          t.retired += P;
-          if (t.steps >= uint64_t(s_.steps)) OnTenantFinished(t);
-          const int replica = t.replica;
-          const bool remote =
-              p_.placement == "accelerator" && replicas_[size_t(replica)].device != tr.device;
-          if (remote && p_.adapter_sync_s > 0) {
-            At(now_ + p_.adapter_sync_s,
-               [this, replica] { WakeReplica(replica, kRolloutLookS / 2, true); });
-          } else {
-            WakeReplica(replica, kRolloutLookS / 2, true);
+  Start(tr.device, kTrainerEngine,
+        p_.trainer.Seconds(rows, tokens, training, training > 0 && Cold(tr.last_end)) +
+            checkpoints * p_.checkpoint_s,
+        [this, self, stepping, P] {
+          Trainer& tr = trainers_[self];
+          tr.busy = false;
+          tr.last_end = now_;
+          for (int id : stepping) {
+            Tenant& t = tenants_[size_t(id)];
+            ++t.version;
+            ++t.steps;
+            t.retired += P;
+            if (t.steps >= uint64_t(s_.steps)) OnTenantFinished(t);
+            const int replica = t.replica;
+            const bool remote =
+                p_.placement == "accelerator" && replicas_[size_t(replica)].device != tr.device;
+            if (remote && p_.adapter_sync_s > 0) {
+              At(now_ + p_.adapter_sync_s,
+                 [this, replica] { WakeReplica(replica, kRolloutLookS / 2, true); });
+            } else {
+              WakeReplica(replica, kRolloutLookS / 2, true);
+            }
           }
-        }
-      });
+        });
 }
 
 void Simulator::OnTenantFinished(Tenant& t) {

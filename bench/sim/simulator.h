@@ -24,8 +24,9 @@
 //    the task's measured share, drawn when it starts), tokens padded as rl::MultiTenantStep pads
 //    them and tenants those with rows, plus checkpoint_s for each tenant it checkpoints; it
 //    learns of admitted tenants by polling every 2 ms.
-//  - cold passes: a rollout pass or training step after its engine idled longer than
-//    CostSums::kColdAfterNs (or its first) adds the profile's cold term, as measured.
+//  - cold passes: a rollout pass or a training step that trains (not one of only degenerate
+//    groups) after its engine idled longer than CostSums::kColdAfterNs (or its first) adds the
+//    profile's cold term, as the stages classify theirs.
 //  - machine: "shared" placement runs rollout, trainer and verifier workers on `cores`
 //    processors shared fairly (a stage slows down when more are busy than there are cores);
 //    "accelerator" placement gives each rollout replica and trainer a device (with `gpus` devices:

@@ -516,7 +516,9 @@ bool Trainer::TrainReady(bool under_pressure) {
   // simulator shares the cores itself) without its checkpoints, which are timed on their own.
   const int64_t cpu = ProcessCpuNanos() - cpu0;
   const int64_t checkpointing = checkpoint_cpu_ns_ - checkpoint_cpu_before;
-  const bool cold = t0 - last_step_end_ns_ > CostSums::kColdAfterNs;
+  // Only a step that computes pays for cold caches: one whose groups were all degenerate (0.1 ms,
+  // and weighted 1/s^2 in the fit) would pin the term to zero.
+  const bool cold = !steps.empty() && t0 - last_step_end_ns_ > CostSums::kColdAfterNs;
   last_step_end_ns_ = MonotonicNanos();
   engine_.cost.Add(double(rows), double(padded), double(steps.size()), cold ? 1.0 : 0.0,
                    double(std::max<int64_t>(0, cpu - checkpointing)) * 1e-9);

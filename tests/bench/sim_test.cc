@@ -262,9 +262,11 @@ TEST(SimulatorTest, DegenerateGroupsAreDrawnPerGroupAndTheMeanOfRunsKeepsTheShar
   EXPECT_FALSE(SimulateMean(s, p, 0).ok());
   // The per-tenant term is a tenant that trains (forward, backward, optimizer): a step whose
   // groups are all degenerate does not pay it (the trainer's fit counts tenants with rows).
-  p.trainer.c = {0, 0, 0, 0.05};
+  // Nor the cold term: every step here follows the rollout's generation (cold), and a step of only
+  // degenerate groups computes nothing.
+  p.trainer.c = {0, 0, 0, 0.05, 0.07};
   s.seed = 1;
-  EXPECT_NEAR(trained_s(0, 1), 40 * 0.05, 1e-9);
+  EXPECT_NEAR(trained_s(0, 1), 40 * (0.05 + 0.07), 1e-9);
   EXPECT_NEAR(trained_s(1, 1), 0, 1e-9);
 }
 
