@@ -179,6 +179,8 @@ Result<PipelineRun> RunPipelineMode(const std::string& mode, int tenants, uint64
       run.costs.checkpoint_ns = s.engine.checkpoint_ns;
     }
   }
+  run.costs.settles = service->settled();
+  run.costs.settle_ns = service->settle_ns();
   for (const serve::TenantView& v : service->Tenants()) {
     for (const pb::JobSpec& j : jobs) {
       if (j.tenant() != v.record.id) continue;

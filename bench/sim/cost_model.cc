@@ -143,10 +143,10 @@ Result<LinearCost> FitLinearCost(const CostSums& sums) {
 Result<CostProfile> CostProfileFromJson(const std::string& text) {
   json doc = json::parse(text, nullptr, false);
   if (doc.is_discarded()) return FieldError("document", "not valid JSON");
-  MARLAAS_RETURN_IF_ERROR(
-      CheckKeys(doc, "",
-                {"name", "placement", "cores", "host_cores", "max_active_sequences",
-                 "adapter_sync_s", "checkpoint_s", "admit_s", "rollout", "trainer", "tasks"}));
+  MARLAAS_RETURN_IF_ERROR(CheckKeys(
+      doc, "",
+      {"name", "placement", "cores", "host_cores", "max_active_sequences", "adapter_sync_s",
+       "checkpoint_s", "admit_s", "settle_s", "rollout", "trainer", "tasks"}));
   CostProfile p;
   if (doc.contains("name")) {
     if (!doc["name"].is_string()) return FieldError("name", "must be a string");
@@ -165,6 +165,7 @@ Result<CostProfile> CostProfileFromJson(const std::string& text) {
   MARLAAS_RETURN_IF_ERROR(ReadNumber(doc, "", "adapter_sync_s", 0, 60, &p.adapter_sync_s));
   MARLAAS_RETURN_IF_ERROR(ReadNumber(doc, "", "checkpoint_s", 0, 3600, &p.checkpoint_s));
   MARLAAS_RETURN_IF_ERROR(ReadNumber(doc, "", "admit_s", 0, 60, &p.admit_s));
+  MARLAAS_RETURN_IF_ERROR(ReadNumber(doc, "", "settle_s", 0, 60, &p.settle_s));
   MARLAAS_RETURN_IF_ERROR(ReadCost(doc, "rollout", &p.rollout));
   MARLAAS_RETURN_IF_ERROR(ReadCost(doc, "trainer", &p.trainer));
   if (doc.contains("tasks")) {
@@ -198,6 +199,7 @@ std::string CostProfileToJson(const CostProfile& p) {
               {"adapter_sync_s", p.adapter_sync_s},
               {"checkpoint_s", p.checkpoint_s},
               {"admit_s", p.admit_s},
+              {"settle_s", p.settle_s},
               {"rollout", p.rollout.c},
               {"trainer", p.trainer.c},
               {"tasks", json::object()}};

@@ -5,7 +5,7 @@
 // Profile JSON (every field optional except rollout and trainer; unknown fields are refused):
 //   {"name": "h200", "placement": "accelerator", "cores": 2, "host_cores": 32,
 //    "max_active_sequences": 256, "adapter_sync_s": 0.0005, "checkpoint_s": 0.004,
-//    "admit_s": 0.001,
+//    "admit_s": 0.001, "settle_s": 0.002,
 //    "rollout": [c0, c_rows, c_tokens, c_adapters, c_cold], seconds per packed forward
 //    "trainer": [c0, c_rows, c_tokens, c_tenants, c_cold],  seconds per training step (padded
 //                                                             tokens, tenants with rows to train)
@@ -71,6 +71,7 @@ struct CostProfile {
   double adapter_sync_s = 0;      // a published adapter reaches a rollout on another device
   double checkpoint_s = 0;        // the trainer writes one tenant's checkpoint
   double admit_s = 0;             // the service admits one tenant (before any stage sees it)
+  double settle_s = 0;            // the service settles one finished tenant
 };
 
 Result<CostProfile> CostProfileFromJson(const std::string& text);  // errors name the field

@@ -96,6 +96,8 @@ json MeasuredRunToJson(const MeasuredRun& r) {
             {"checkpoint_ns", r.costs.checkpoint_ns},
             {"admissions", r.costs.admissions},
             {"admit_ns", r.costs.admit_ns},
+            {"settles", r.costs.settles},
+            {"settle_ns", r.costs.settle_ns},
             {"tasks", tasks}}}};
 }
 
@@ -143,6 +145,8 @@ Result<MeasuredRun> MeasuredRunFromJson(const json& j, const std::string& where)
     // Older files have no admission times: their admissions cost nothing in the replay.
     r.costs.admissions = c.value("admissions", uint64_t(0));
     r.costs.admit_ns = c.value("admit_ns", uint64_t(0));
+    r.costs.settles = c.value("settles", uint64_t(0));
+    r.costs.settle_ns = c.value("settle_ns", uint64_t(0));
   } catch (const json::exception& e) {
     return Bad(where, "costs.checkpoints",
                std::string("missing or mistyped count (") + e.what() + ")");
@@ -189,6 +193,8 @@ void MergeRunCosts(const RunCosts& from, RunCosts* into) {
   into->checkpoint_ns += from.checkpoint_ns;
   into->admissions += from.admissions;
   into->admit_ns += from.admit_ns;
+  into->settles += from.settles;
+  into->settle_ns += from.settle_ns;
   for (const auto& [task, t] : from.tasks) {
     TaskCostSums& s = into->tasks[task];
 #define MARLAAS_ADD(f) s.f += t.f;
@@ -218,6 +224,7 @@ Result<CostProfile> CalibrateProfile(const std::vector<MeasuredRun>& runs, int c
   p.trainer = *fit_trainer;
   p.checkpoint_s = Ratio(double(pooled.checkpoint_ns) * 1e-9, double(pooled.checkpoints), 0);
   p.admit_s = Ratio(double(pooled.admit_ns) * 1e-9, double(pooled.admissions), 0);
+  p.settle_s = Ratio(double(pooled.settle_ns) * 1e-9, double(pooled.settles), 0);
   p.tasks = TaskCostsOf(pooled.tasks);
   return p;
 }

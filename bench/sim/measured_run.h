@@ -35,6 +35,9 @@ struct RunCosts {
   // The service: tenants admitted and the wall time admitting them took (validating the job,
   // writing its job.json and table row) before the stages could see them.
   uint64_t admissions = 0, admit_ns = 0;
+  // The service: tenants settled (finished) and the wall time that took (their final status and
+  // state files) before the table, and so the next admission or the run's end, showed it.
+  uint64_t settles = 0, settle_ns = 0;
   std::map<std::string, TaskCostSums> tasks;
 };
 

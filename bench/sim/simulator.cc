@@ -160,7 +160,8 @@ class Simulator {
   std::map<int, int> vrunning_;              // per tenant, jobs running
   int vbusy_ = 0, verifier_device_ = 0;
   int finished_ = 0, next_admit_ = 0;
-  double last_finish_ = 0;
+  double last_settled_ = 0;     // when the service had settled the last finished tenant
+  double service_free_at_ = 0;  // the service settles one tenant at a time
   double busy_[3] = {0, 0, 0};
   SimResult result_;
 };
@@ -499,10 +500,14 @@ void Simulator::KickTrainer(Trainer& tr) {
 void Simulator::OnTenantFinished(Tenant& t) {
   t.finished = true;
   ++finished_;
-  last_finish_ = now_;
+  // The service sees it at its next tick and settles it (settle_s), one tenant after another;
+  // only then does the table show it, for the next admission or the run's end.
+  const double settled = std::max(now_ + kServiceTickS / 2, service_free_at_) + p_.settle_s;
+  service_free_at_ = settled;
+  last_settled_ = std::max(last_settled_, settled);
   if (s_.mode == "sequential_sync" && next_admit_ < int(tenants_.size())) {
     const int next = next_admit_++;
-    At(now_ + kServiceTickS / 2 + p_.admit_s, [this, next] { Admit(next); });
+    At(settled + p_.admit_s, [this, next] { Admit(next); });
   }
 }
 
@@ -598,8 +603,8 @@ Result<SimResult> Simulator::Run() {
     }
   }
   result_.complete = finished_ == n;
-  // The service notices the last tenant's end at its next tick.
-  result_.wall_s = (result_.complete ? last_finish_ : now_) + kServiceTickS / 2;
+  // The run ends when the service has settled the last tenant (its next tick, then settle_s).
+  result_.wall_s = result_.complete ? last_settled_ : now_ + kServiceTickS / 2;
   result_.util_rollout = busy_[kRolloutEngine] / (result_.wall_s * replicas);
   result_.util_trainer = busy_[kTrainerEngine] / (result_.wall_s * trainers);
   result_.util_verifier = busy_[kVerifierEngine] / result_.wall_s;

@@ -34,7 +34,9 @@
 //    spread over them round robin, and the verifier workers `host_cores` processors.
 //  - sequential_sync admits the next tenant when the previous one has finished (the service's
 //    2 ms tick), the others admit every tenant at the start, all of them visible once the last
-//    is admitted; admitting costs the profile's admit_s a tenant.
+//    is admitted; admitting costs the profile's admit_s a tenant. A finished tenant is seen at
+//    the service's next tick and settled in settle_s (one at a time); the run ends when the
+//    last is settled.
 // Deterministic for a given SimSetup::seed. Not thread-safe (one Simulate call owns its state).
 #pragma once
 

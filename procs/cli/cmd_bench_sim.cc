@@ -135,6 +135,7 @@ int RunBenchSim(std::vector<std::string> args) {
     if (projection_profile.checkpoint_s == 0)  // host file writes, as measured here
       projection_profile.checkpoint_s = calibrated->checkpoint_s;
     if (projection_profile.admit_s == 0) projection_profile.admit_s = calibrated->admit_s;
+    if (projection_profile.settle_s == 0) projection_profile.settle_s = calibrated->settle_s;
   }
   const sim::CostProfile& c = *calibrated;
   std::printf("cost profile (%s, %d cores):\n", c.name.c_str(), c.cores);
@@ -143,9 +144,10 @@ int RunBenchSim(std::vector<std::string> args) {
       c.rollout.c[0], c.rollout.c[1], c.rollout.c[2], c.rollout.c[3], c.rollout.c[4]);
   std::printf(
       "  trainer step  = %.3g s + %.3g s/row + %.3g s/padded token + %.3g s/training tenant "
-      "(+ %.3g s cold); %.3g s per tenant checkpoint; %.3g s per admission\n",
+      "(+ %.3g s cold); %.3g s per tenant checkpoint; %.3g s per admission, %.3g s per "
+      "settle\n",
       c.trainer.c[0], c.trainer.c[1], c.trainer.c[2], c.trainer.c[3], c.trainer.c[4],
-      c.checkpoint_s, c.admit_s);
+      c.checkpoint_s, c.admit_s, c.settle_s);
   for (const auto& [name, t] : c.tasks) {
     std::printf(
         "  %-17s prompt %.1f tok, completion %.1f tok, %.2f tool calls, verify %.2f ms/"

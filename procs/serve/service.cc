@@ -323,6 +323,7 @@ Result<int> Service::PickRow() const {
 }
 
 void Service::Settle(int row, TenantRecord rec, TenantState state, const char* reason) {
+  const int64_t t0 = MonotonicNanos();
   rec.state = state;
   std::snprintf(rec.reason, sizeof(rec.reason), "%s", reason == nullptr ? "" : reason);
   rec.settled_unix_ms = NowMs();
@@ -338,6 +339,8 @@ void Service::Settle(int row, TenantRecord rec, TenantState state, const char* r
   if (!st.ok()) std::fprintf(stderr, "[serve] tenant %s: %s\n", rec.id, st.ToString().c_str());
   st = table_->Put(row, rec);
   if (!st.ok()) std::fprintf(stderr, "[serve] tenant %s: %s\n", rec.id, st.ToString().c_str());
+  ++settled_;
+  settle_ns_ += uint64_t(MonotonicNanos() - t0);
 }
 
 Status Service::StopTenant(const std::string& tenant) {

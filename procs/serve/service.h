@@ -90,6 +90,10 @@ class Service {
   Status WaitUntilReady(int timeout_ms);
   // True when every admitted tenant is finished, stopped or failed.
   bool AllDone() const;
+  // Tenants settled so far and the wall time settling them took (their final status and state
+  // files, written durably, before the table says so): for the simulator's calibration.
+  uint64_t settled() const { return settled_; }
+  uint64_t settle_ns() const { return settle_ns_; }
   std::vector<TenantView> Tenants() const;
   std::vector<StageView> Stages() const;
   // The pid of the stage named `name` (StageView::name: "rollout" is replica 0), or 0.
@@ -134,6 +138,7 @@ class Service {
   bool stopped_ = false;
   int lock_fd_ = -1;  // <state>/service.lock, held (and inherited by the stages) while we run
   std::map<std::string, uint64_t> estimates_;  // admission estimate per admitted tenant
+  uint64_t settled_ = 0, settle_ns_ = 0;
   struct Held;  // segments the service holds open (rings, adapter store)
   std::shared_ptr<Held> held_;
 };

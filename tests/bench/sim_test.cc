@@ -103,11 +103,13 @@ TEST(SimCostProfileTest, JsonRoundTripsAndErrorsNameTheField) {
   CostProfile p = SimpleProfile();
   p.tasks["calculator_tool"].tool_calls = 1;
   p.admit_s = 0.002;
+  p.settle_s = 0.003;
   auto back = CostProfileFromJson(CostProfileToJson(p));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->rollout.c, p.rollout.c);
   EXPECT_EQ(back->tasks.at("calculator_tool").tool_calls, 1);
   EXPECT_EQ(back->admit_s, p.admit_s);
+  EXPECT_EQ(back->settle_s, p.settle_s);
   auto unknown = CostProfileFromJson(
       R"({"rollout":[0,0,0,0],"trainer":[0,0,0,0],"tasks":{"arithmetic":{"bogus":1}}})");
   ASSERT_FALSE(unknown.ok());
@@ -183,10 +185,20 @@ TEST(SimulatorTest, OneSequentialTenantTakesTheSumOfItsStagesAndPolls) {
   auto three = Simulate(s, p), three_admitting = Simulate(s, admitting);
   ASSERT_TRUE(three.ok() && three_admitting.ok());
   EXPECT_NEAR(three_admitting->wall_s - three->wall_s, 3 * 0.02, 1e-9);
+  // Settling a finished tenant (settle_s, one at a time) holds back the next admission, and the
+  // run ends when the last is settled.
+  CostProfile settling = p;
+  settling.settle_s = 0.03;
+  auto three_settling = Simulate(s, settling);
+  ASSERT_TRUE(three_settling.ok());
+  EXPECT_NEAR(three_settling->wall_s - three->wall_s, 3 * 0.03, 1e-9);
   s.mode = "multi_tenant_sync";
   three = Simulate(s, p), three_admitting = Simulate(s, admitting);
   ASSERT_TRUE(three.ok() && three_admitting.ok());
   EXPECT_NEAR(three_admitting->wall_s - three->wall_s, 3 * 0.02, 1e-9);
+  three_settling = Simulate(s, settling);  // the three finish together: settled in turn
+  ASSERT_TRUE(three_settling.ok());
+  EXPECT_NEAR(three_settling->wall_s - three->wall_s, 3 * 0.03, 1e-9);
 }
 
 // The simulated trainer pads as rl::MultiTenantStep does: tenants whose rows are within 2x of the
@@ -364,6 +376,8 @@ TEST(SimMeasuredRunTest, RoundTripsThroughJsonAndCalibratesTheTasks) {
   m.costs.checkpoint_ns = 2 * 5'000'000;
   m.costs.admissions = 2;
   m.costs.admit_ns = 2 * 1'500'000;
+  m.costs.settles = 2;
+  m.costs.settle_ns = 2 * 2'500'000;
   m.verifier_workers = 2;
   for (int i = 1; i <= 10; ++i) {
     m.costs.rollout.Add(i, 2 * i, 1, 0, 0.001 * i);
@@ -404,6 +418,7 @@ TEST(SimMeasuredRunTest, RoundTripsThroughJsonAndCalibratesTheTasks) {
   EXPECT_NEAR(p->trainer.Seconds(8, 80, 1, true), 0.017, 1e-9);
   EXPECT_NEAR(p->checkpoint_s, 0.005, 1e-12);
   EXPECT_NEAR(p->admit_s, 0.0015, 1e-12);
+  EXPECT_NEAR(p->settle_s, 0.0025, 1e-12);
   nlohmann::json older = MeasuredRunToJson(m);  // before admissions were timed
   older["costs"].erase("admissions");
   older["costs"].erase("admit_ns");
