@@ -46,13 +46,9 @@ constexpr int kValidationReplicates = 64;
 
 Result<std::vector<ValidationRow>> Validate(const std::vector<MeasuredRun>& runs,
                                             const CostProfile& profile) {
-  // Repeats: the same set-up and seed (every field SetupOf reads).
+  // Repeats: runs whose set-up, seed included, the simulator would replay the same.
   auto same_setup = [](const MeasuredRun& a, const MeasuredRun& b) {
-    return a.mode == b.mode && a.tenants == b.tenants && a.seed == b.seed && a.tasks == b.tasks &&
-           a.steps == b.steps && a.group_size == b.group_size &&
-           a.prompts_per_step == b.prompts_per_step && a.max_staleness == b.max_staleness &&
-           a.checkpoint_every == b.checkpoint_every && a.verifier_workers == b.verifier_workers &&
-           a.env_latency_ms == b.env_latency_ms;
+    return SetupOf(a) == SetupOf(b);
   };
   std::vector<ValidationRow> rows;
   std::vector<std::vector<const MeasuredRun*>> repeats;

@@ -42,6 +42,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/status.h"
@@ -59,6 +60,15 @@ struct SimSetup {
   int gpus = 1;  // accelerator placement only
   uint64_t seed = 1;
   double timeout_s = 1e7;  // simulated seconds before giving up (result incomplete)
+
+  // Every field equal (keep in step with the fields above): repeats of one measured set-up.
+  bool operator==(const SimSetup& o) const {
+    return std::tie(mode, tasks, steps, group_size, prompts_per_step, max_staleness,
+                    checkpoint_every, verifier_workers, env_latency_ms, gpus, seed, timeout_s) ==
+           std::tie(o.mode, o.tasks, o.steps, o.group_size, o.prompts_per_step, o.max_staleness,
+                    o.checkpoint_every, o.verifier_workers, o.env_latency_ms, o.gpus, o.seed,
+                    o.timeout_s);
+  }
 };
 
 struct SimResult {
