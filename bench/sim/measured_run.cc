@@ -203,6 +203,12 @@ void MergeRunCosts(const RunCosts& from, RunCosts* into) {
   }
 }
 
+void ApplyIoCosts(const RunCosts& c, CostProfile* p) {
+  p->checkpoint_s = Ratio(double(c.checkpoint_ns) * 1e-9, double(c.checkpoints), p->checkpoint_s);
+  p->admit_s = Ratio(double(c.admit_ns) * 1e-9, double(c.admissions), p->admit_s);
+  p->settle_s = Ratio(double(c.settle_ns) * 1e-9, double(c.settles), p->settle_s);
+}
+
 Result<CostProfile> CalibrateProfile(const std::vector<MeasuredRun>& runs, int cores,
                                      const std::string& name) {
   RunCosts pooled;
@@ -222,9 +228,7 @@ Result<CostProfile> CalibrateProfile(const std::vector<MeasuredRun>& runs, int c
     return Status(StatusCode::kInvalidArgument, "trainer: " + fit_trainer.status().message());
   p.rollout = *fit_rollout;
   p.trainer = *fit_trainer;
-  p.checkpoint_s = Ratio(double(pooled.checkpoint_ns) * 1e-9, double(pooled.checkpoints), 0);
-  p.admit_s = Ratio(double(pooled.admit_ns) * 1e-9, double(pooled.admissions), 0);
-  p.settle_s = Ratio(double(pooled.settle_ns) * 1e-9, double(pooled.settles), 0);
+  ApplyIoCosts(pooled, &p);
   p.tasks = TaskCostsOf(pooled.tasks);
   return p;
 }

@@ -494,6 +494,22 @@ TEST(SimValidationTest, RepeatsOfASetUpAreOneRowCheckedOnTheirMean) {
   const auto targets = ValidationTargets(*rows, 0.15);
   ASSERT_EQ(targets.size(), 1u);                                           // one tenant count
   EXPECT_NEAR(targets[0].value, std::fabs((expected - 2.0) / 2.0), 1e-9);  // the larger error
+
+  // A row replays its own runs' file writes (their fsync latency), not the profile's: the
+  // profile says nothing about them here, these runs' admission took 20 ms, their settle 30 ms
+  // and their checkpoint (after the last step) 50 ms on average.
+  for (MeasuredRun& r : runs) {
+    r.costs.admissions = r.costs.settles = r.costs.checkpoints = 1;
+    r.costs.admit_ns = 20'000'000;
+    r.costs.settle_ns = 30'000'000;
+    r.costs.checkpoint_ns = 50'000'000;
+  }
+  runs[1].costs.checkpoint_ns = 150'000'000;  // the same set-up: pooled, (50 + 150) / 2
+  auto own = Validate(runs, p);
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  EXPECT_NEAR((*own)[0].predicted.wall_s, expected + 0.02 + 0.03 + 0.1, 1e-9);
+  EXPECT_NEAR((*own)[1].predicted.wall_s, expected + 0.02 + 0.03 + 0.05, 1e-9);
+  EXPECT_EQ(p.checkpoint_s, 0);  // the profile itself is left as it was
 }
 
 }  // namespace
