@@ -6,9 +6,11 @@
 // CUDA rows take the LibTorch path). A pool on the CPU runs LibTorch ops over its stacks.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "model/lora_adapter.h"
+#include "model/lora_views.h"
 #include "model/torch_pch.h"
 
 namespace marlaas::model {
@@ -19,6 +21,9 @@ struct LoraSegments {
   std::vector<const LoraAdapter*> adapters;
   std::vector<int32_t> start;    // segment s covers rows [start[s], start[s+1]); size num + 1
   std::vector<int32_t> adapter;  // index into adapters, -1 for none; size num
+  // With autograd: each adapter's matrices split from its flat once for the whole forward
+  // (LoraViews::Of; see model/lora_views.h), used instead of its own views. Empty: the adapters'.
+  std::vector<std::shared_ptr<const LoraViews>> views;
   // With a pool (CUDA rollout): `adapter` holds pool slots instead and `adapters` is unused;
   // start and adapter as int32 tensors on the pool's device (SetPoolSegments makes them once for
   // every projection of a forward).

@@ -85,6 +85,7 @@ torch::Tensor Transformer::Hidden(const torch::Tensor& tokens, const LoraRouting
     TORCH_CHECK(int64_t(lora->row_adapter.size()) == tokens.size(0), "one adapter per batch row");
     TORCH_CHECK(lora->pool == nullptr, "a LoraPool serves Step only");
     segs = LoraSegments::Uniform(lora->adapters, lora->row_adapter, int32_t(T));
+    if (torch::GradMode::is_enabled()) segs.views = LoraViews::Of(lora->adapters);
   }
   for (int l = 0; l < int(w_->layers.size()); ++l) {
     x = Block(x, l, cos, sin, lora != nullptr ? &segs : nullptr);
@@ -195,6 +196,14 @@ torch::Tensor Transformer::HiddenShared(const torch::Tensor& prefix_tokens,
   };
   const bool has_p = segments(prefix_lora, P, Lp, &segs_p);
   const bool has_s = segments(suffix_lora, B, Ls, &segs_s);
+  if (torch::GradMode::is_enabled()) {
+    // Each adapter split once for the forward (model/lora_views.h), shared by prefix and suffix
+    // rows when they route over the same adapters (as rl::MultiTenantStep's do).
+    if (has_s) segs_s.views = LoraViews::Of(segs_s.adapters);
+    if (has_p)
+      segs_p.views = has_s && segs_p.adapters == segs_s.adapters ? segs_s.views
+                                                                 : LoraViews::Of(segs_p.adapters);
+  }
   const int layers = int(w_->layers.size());
   for (int l = 0; l < layers; ++l) {
     std::tie(xp, xs) = SharedBlock(xp, xs, l, cos_p, sin_p, cos_s, sin_s, prefix_index, masked,
