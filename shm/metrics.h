@@ -33,9 +33,10 @@ struct CostSums {
   static constexpr int kTerms = 5;             // the constant, three regressors and `cold`
   static constexpr double kMinSeconds = 1e-5;  // weights are capped at 1/kMinSeconds^2
   // A pass is cold when its engine was idle for longer than this before it: it then pays for
-  // what it lost while waiting (caches the other stages took, an idle core's wake-up). In a
-  // trace on the 2-core machine a 4-row training step cost 12 ms back to back and 18-20 ms after
-  // the trainer had waited 5 ms for the rollout, as every step of a lockstep run does.
+  // what it lost while waiting (caches the other stages took, an idle core's wake-up). On the
+  // 2-core machine the rollout's is about 0.4 ms. The trainer's was 5-7 ms (a 4-row step: 10-12
+  // ms back to back, 15-17 ms after a lockstep wait) until the stages kept their freed heap
+  // (base/heap.h): it was page faults of a heap trimmed after each step; it now fits to about 0.
   static constexpr int64_t kColdAfterNs = 1'000'000;
   uint64_t n;                  // passes added
   double xtx[kTerms][kTerms];  // sum of w x x^T, x = (1, x1, x2, x3, cold), w = 1/seconds^2
