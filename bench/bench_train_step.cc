@@ -3,9 +3,10 @@
 // and trained tokens/s for a batch of R rows of L tokens (half prompt, half completion), split
 // over T tenants. It tells where the trainer's time goes as batches grow. Rows may come in GRPO
 // groups of G whose prompt is the same (rl::MultiTenantStep computes it once; "shared" no:
-// computed per row, as before prompt sharing). Targets: the step for 256 rows split over 32
-// tenants within 1.5x of the same rows for one tenant; 256 rows of 64 tokens in groups of 4 with
-// the prompt shared at most 0.8x the time of the same step unshared. Exit 1 when a full run
+// computed per row, as before prompt sharing). Targets: every plain shape split over several
+// tenants within 1.5x of the same rows for one tenant (256 rows of 16 and 64 over 8 and 32
+// tenants; 128 rows of 8 over 32, the pipeline's small steps); 256 rows of 64 tokens in groups of
+// 4 with the prompt shared at most 0.8x the time of the same step unshared. Exit 1 when a full run
 // misses one. MARLAAS_BENCH_TRACE=FILE also writes a chrome trace of one step per shape.
 //
 //   bench_train_step [--json FILE] [--quick]

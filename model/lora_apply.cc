@@ -65,31 +65,38 @@ torch::Tensor BatchedDelta(const torch::Tensor& x, const torch::Tensor& out, int
                            LoraTarget t, const LoraSegments& segs,
                            const std::vector<int64_t>& lengths, const SegmentGroup& g) {
   const int64_t G = int64_t(g.segments.size()), L = g.rows;
-  std::vector<int64_t> gather, kept, dest;
   std::vector<torch::Tensor> a, bt;
   std::vector<float> scale;
-  gather.reserve(size_t(G * L));
-  for (int64_t k = 0; k < G; ++k) {
-    const size_t s = g.segments[size_t(k)];
-    const int64_t first = segs.start[s], n = lengths[s];
-    for (int64_t i = 0; i < L; ++i) gather.push_back(first + std::min(i, n - 1));
-    for (int64_t i = 0; i < n; ++i) {
-      kept.push_back(k * L + i);
-      dest.push_back(first + i);
-    }
+  for (size_t s : g.segments) {
     const size_t ak = size_t(segs.adapter[s]);
     a.push_back(AOf(segs, ak, layer, t));
     bt.push_back(BTOf(segs, ak, layer, t));
     scale.push_back(segs.adapters[ak]->scale());
   }
-  auto index = [&](const std::vector<int64_t>& v) {
-    return torch::tensor(v, torch::kInt64).to(x.device());
-  };
-  auto xg = x.index_select(0, index(gather)).view({G, L, x.size(1)});
+  std::array<torch::Tensor, 3>& rows = segs.batch_rows[g.segments];
+  if (!rows[0].defined()) {
+    std::vector<int64_t> gather, kept, dest;
+    gather.reserve(size_t(G * L));
+    for (int64_t k = 0; k < G; ++k) {
+      const size_t s = g.segments[size_t(k)];
+      const int64_t first = segs.start[s], n = lengths[s];
+      for (int64_t i = 0; i < L; ++i) gather.push_back(first + std::min(i, n - 1));
+      for (int64_t i = 0; i < n; ++i) {
+        kept.push_back(k * L + i);
+        dest.push_back(first + i);
+      }
+    }
+    auto index = [&](const std::vector<int64_t>& v) {
+      return torch::tensor(v, torch::kInt64).to(x.device());
+    };
+    rows = {index(gather), index(kept), index(dest)};
+  }
+  const auto& [gather, kept, dest] = rows;
+  auto xg = x.index_select(0, gather).view({G, L, x.size(1)});
   auto shrunk = torch::bmm(xg, torch::stack(a).transpose(1, 2));  // [G, L, r]
   auto scales = torch::tensor(scale, x.options().requires_grad(false)).view({G, 1, 1});
   auto delta = (torch::bmm(shrunk, torch::stack(bt)) * scales).view({G * L, out.size(1)});
-  return out.index_add(0, index(dest), delta.index_select(0, index(kept)));
+  return out.index_add(0, dest, delta.index_select(0, kept));
 }
 
 torch::Tensor WithAutograd(const torch::Tensor& x, const torch::Tensor& y, int layer, LoraTarget t,

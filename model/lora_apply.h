@@ -6,6 +6,8 @@
 // CUDA rows take the LibTorch path). A pool on the CPU runs LibTorch ops over its stacks.
 #pragma once
 
+#include <array>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -24,6 +26,10 @@ struct LoraSegments {
   // With autograd: each adapter's matrices split from its flat once for the whole forward
   // (LoraViews::Of; see model/lora_views.h), used instead of its own views. Empty: the adapters'.
   std::vector<std::shared_ptr<const LoraViews>> views;
+  // The gather, kept and destination rows of each batched group of segments (keyed by its
+  // segments), made at the group's first projection and reused by every other of the forward
+  // (on a device, three host-to-device copies each time otherwise).
+  mutable std::map<std::vector<size_t>, std::array<torch::Tensor, 3>> batch_rows;
   // With a pool (CUDA rollout): `adapter` holds pool slots instead and `adapters` is unused;
   // start and adapter as int32 tensors on the pool's device (SetPoolSegments makes them once for
   // every projection of a forward).

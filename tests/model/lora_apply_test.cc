@@ -59,6 +59,10 @@ TEST(LoraApplyTest, BatchedSegmentsEqualAPerRowReferenceWithGradients) {
     auto y = torch::randn({rows, W.size(0)}).requires_grad_(true);
     auto probe = torch::randn({rows, W.size(0)});
     torch::Tensor got = AddLoraDelta(x, y, layer, target, segs);
+    // The batched path ran (its rows are kept for the forward's other projections), and a second
+    // projection through the kept rows computes the same.
+    EXPECT_FALSE(segs.batch_rows.empty()) << "trial " << trial;
+    EXPECT_TRUE(torch::equal(AddLoraDelta(x, y, layer, target, segs).detach(), got.detach()));
     (got * probe).sum().backward();
 
     // Reference: fresh leaves with the same values, one row at a time.
