@@ -11,6 +11,8 @@ GrpoLoss ComputeGrpoLoss(const TenantBatch& b, const GrpoConfig& c) {
   const auto mask = b.mask.to(torch::kFloat32);
   const double tokens = mask.sum().item<double>();
   out.tokens = int64_t(tokens);
+  TORCH_CHECK(b.skipped_tokens >= 0, "skipped_tokens must not be negative");
+  const double n = tokens + double(b.skipped_tokens);
   if (tokens == 0) {
     out.loss = (b.logprobs * 0).sum();  // keeps the graph connected, contributes nothing
     return out;
@@ -19,7 +21,7 @@ GrpoLoss ComputeGrpoLoss(const TenantBatch& b, const GrpoConfig& c) {
   const auto adv = b.advantages.unsqueeze(1).to(torch::kFloat32);
   const auto clipped = torch::clamp(ratio, 1.0 - c.clip_eps_low, 1.0 + c.clip_eps_high);
   const auto objective = torch::min(ratio * adv, clipped * adv);
-  auto loss = -(objective * mask).sum() / tokens;
+  auto loss = -(objective * mask).sum() / n;
   {
     torch::NoGradGuard no_grad;
     const auto was_clipped = (ratio != clipped).to(torch::kFloat32) * mask;
@@ -30,7 +32,7 @@ GrpoLoss ComputeGrpoLoss(const TenantBatch& b, const GrpoConfig& c) {
                 "kl_beta > 0 needs reference log-probs of the same shape");
     const auto d = b.ref_logprobs - b.logprobs;
     const auto kl = (torch::exp(d) - d - 1) * mask;
-    const auto mean_kl = kl.sum() / tokens;
+    const auto mean_kl = kl.sum() / n;
     out.mean_kl = mean_kl.item<double>();
     loss = loss + c.kl_beta * mean_kl;
   }

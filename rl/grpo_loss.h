@@ -1,8 +1,9 @@
 // The clipped, importance-weighted GRPO objective for one tenant's batch (DESIGN.md §1):
 //   rho = exp(logp_theta - logp_behaviour) per generated token (mask m = 1),
-//   L = -(1/sum m) sum m * min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A)
-//       + beta * (1/sum m) sum m * KL_k3,   KL_k3 = exp(ref - theta) - (ref - theta) - 1,
-// with `ref` the base model's log-prob (LoRA off). Each tenant's loss is normalised by its own
+//   L = -(1/n) sum m * min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A)
+//       + beta * (1/n) sum m * KL_k3,   KL_k3 = exp(ref - theta) - (ref - theta) - 1,
+// with n = sum m + TenantBatch::skipped_tokens (the step's degenerate groups' tokens) and
+// `ref` the base model's log-prob (LoRA off). Each tenant's loss is normalised by its own
 // token count, so summing tenants' losses in one backward gives each tenant the gradient of its
 // own step. Log-probs are of the temperature-scaled distribution the rollout sampled from.
 #pragma once
@@ -23,6 +24,9 @@ struct TenantBatch {
   torch::Tensor mask;          // [N, T] 1 for generated tokens trained on, 0 for prompt/tool/pad
   torch::Tensor advantages;    // [N] one per completion
   torch::Tensor ref_logprobs;  // [N, T] base-model log-probs; needed when kl_beta > 0
+  // Tokens of the step that are not in this batch but count in the loss's mean: its degenerate
+  // groups' (advantage 0; see rl::TenantStep::skipped_tokens).
+  int64_t skipped_tokens = 0;
 };
 
 struct GrpoLoss {

@@ -150,6 +150,7 @@ torch::Tensor BucketLoss(const model::Transformer& model, std::vector<TenantStep
     TenantBatch b{logp, behaviour.narrow(0, row0, n).narrow(1, 1, max_len - 1),
                   mask.narrow(0, row0, n).narrow(1, 1, max_len - 1),
                   torch::tensor(adv).to(model.device()), torch::Tensor()};
+    b.skipped_tokens = t.skipped_tokens;
     if (t.grpo.kl_beta > 0) {
       torch::NoGradGuard no_grad;
       auto ref_logits = torch::matmul(ref_hidden_of[m].narrow(1, 0, max_len - 1), lm_head.t())

@@ -32,6 +32,14 @@ struct TenantStep {
   GrpoConfig grpo;
   float temperature = 1.0f;  // the rollout's sampling temperature
   float grad_clip = 1.0f;    // global-norm clip of this tenant's gradient; 0 = off
+  // Generated tokens of this step's groups that are not in `completions` because their rewards
+  // were all equal (advantage 0: no policy gradient). They count in the loss's mean, as in
+  // GRPO's mean over the whole batch: leaving them out saves their forward and backward without
+  // scaling up the other groups' gradient. (Without this, a step with one informative group of
+  // three pushed it three times as hard; late in training, when most groups are degenerate, a
+  // single wrong sample's group then moved the policy as far as a full batch. Their KL term, when
+  // kl_beta > 0, is not computed.)
+  int64_t skipped_tokens = 0;
 };
 
 struct TenantStepResult {

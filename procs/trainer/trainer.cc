@@ -433,8 +433,11 @@ bool Trainer::TrainReady(bool under_pressure) {
       const rl::GroupAdvantages adv =
           rl::ComputeAdvantages(rewards, t->spec.grpo().normalize_std());
       t->ck.data_cursor = std::max<uint64_t>(t->ck.data_cursor, g.prompt_id() + 1);
-      if (adv.degenerate) ++degenerate;
-      if (!adv.degenerate) {
+      if (adv.degenerate) {
+        ++degenerate;
+        for (const pb::Trajectory& tr : g.trajectories())
+          for (char m : tr.loss_mask()) step.skipped_tokens += m != 0;
+      } else {
         for (int i = 0; i < g.trajectories_size(); ++i) {
           const pb::Trajectory& tr = g.trajectories(i);
           rl::Completion c;

@@ -177,6 +177,38 @@ TEST(MultiTenantStepTest, SharingEachGroupsPromptChangesNothingButTheWork) {
   EXPECT_GT(ra[0].grad_norm, 0);
 }
 
+// A step's degenerate groups (advantage 0) are left out with their tokens counted: the step is
+// the one that trains them too (GRPO's mean over the whole batch), and not the larger one of the
+// informative rows alone.
+TEST(MultiTenantStepTest, LeftOutZeroAdvantageRowsStillCountInTheMean) {
+  auto w = *model::BaseWeights::Load(kData + "/llama");
+  model::Transformer model(w);
+  const uint32_t all = (1u << kNumLoraTargets) - 1;
+  Tenant full = MakeTenant(*w, 4, all, 5, 6, 1.0f), kept = MakeTenant(*w, 4, all, 5, 6, 1.0f),
+         alone = MakeTenant(*w, 4, all, 5, 6, 1.0f);
+  int64_t zero_tokens = 0;
+  for (size_t i = 3; i < 6; ++i) {  // the last three rows: a degenerate group
+    full.completions[i].advantage = 0;
+    for (uint8_t m : full.completions[i].loss_mask) zero_tokens += m;
+  }
+  for (Tenant* t : {&kept, &alone}) t->completions.resize(3);
+  for (size_t i = 0; i < 3; ++i) ASSERT_NE(full.completions[i].advantage, 0.0f) << i;
+  std::vector<TenantStep> a = {StepOf(full)}, b = {StepOf(kept)}, c = {StepOf(alone)};
+  for (auto* s : {&a, &b, &c}) (*s)[0].grpo.kl_beta = 0;  // the left-out rows' KL is not computed
+  b[0].skipped_tokens = zero_tokens;
+  const auto ra = MultiTenantStep(model, a), rb = MultiTenantStep(model, b),
+             rc = MultiTenantStep(model, c);
+  EXPECT_NEAR(ra[0].loss, rb[0].loss, 1e-6);
+  EXPECT_NEAR(ra[0].grad_norm, rb[0].grad_norm, 1e-5 * rb[0].grad_norm);
+  // AdamW's first step is about lr·sign(g) (lr 1e-2 here), so rounding in the smallest gradients
+  // shows at 1e-6; a different gradient scale would not change it either, hence the norms above.
+  EXPECT_LT((full.adapter->flat() - kept.adapter->flat()).abs().max().item<double>(), 1e-5);
+  // Without the count, the informative rows' gradient is scaled up by all / their tokens.
+  ASSERT_GT(zero_tokens, 0);
+  EXPECT_NEAR(rc[0].grad_norm / rb[0].grad_norm, double(rb[0].tokens + zero_tokens) / rb[0].tokens,
+              1e-3);
+}
+
 // One tenant, one completion with positive advantage: steps raise its log-probability.
 TEST(MultiTenantStepTest, PositiveAdvantageRaisesTheCompletionsLogProb) {
   auto w = *model::BaseWeights::Load(kData + "/llama");
