@@ -32,9 +32,9 @@ GrpoLoss ComputeGrpoLoss(const TenantBatch& b, const GrpoConfig& c) {
                 "kl_beta > 0 needs reference log-probs of the same shape");
     const auto d = b.ref_logprobs - b.logprobs;
     const auto kl = (torch::exp(d) - d - 1) * mask;
-    const auto mean_kl = kl.sum() / n;
-    out.mean_kl = mean_kl.item<double>();
-    loss = loss + c.kl_beta * mean_kl;
+    const auto kl_sum = kl.sum();
+    out.mean_kl = kl_sum.item<double>() / tokens;  // over the tokens it was computed on
+    loss = loss + c.kl_beta * kl_sum / n;
   }
   out.loss = loss;
   return out;

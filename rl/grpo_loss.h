@@ -32,7 +32,7 @@ struct TenantBatch {
 struct GrpoLoss {
   torch::Tensor loss;        // scalar
   double clip_fraction = 0;  // share of tokens whose ratio lies outside [1 - eps_low, 1 + eps_high]
-  double mean_kl = 0;        // mean KL_k3 per token (0 when not computed)
+  double mean_kl = 0;        // mean KL_k3 per token of this batch (0 when not computed)
   int64_t tokens = 0;
 };
 

@@ -87,6 +87,23 @@ TEST(GrpoLossTest, KlK3IsZeroAtTheReferenceAndPositiveAway) {
   EXPECT_NEAR(out.loss.item<double>(), 0.5 * kl, 1e-6);
 }
 
+// Tokens left out of the batch (a step's degenerate groups) count in the mean: the objective and
+// the KL term are divided by all the step's tokens; the reported KL stays the batch's own mean.
+TEST(GrpoLossTest, SkippedTokensCountInTheMeanButNotInTheReportedKl) {
+  GrpoConfig c;
+  c.kl_beta = 0.5f;
+  auto logp = torch::tensor({{-1.0f, -2.0f}}).requires_grad_();
+  TenantBatch b = Batch(logp, logp.detach(), torch::ones({1, 2}), torch::tensor({1.0f}));
+  b.ref_logprobs = torch::tensor({{-1.5f, -1.0f}});
+  const GrpoLoss own = ComputeGrpoLoss(b, c);
+  b.skipped_tokens = 6;
+  const GrpoLoss with = ComputeGrpoLoss(b, c);
+  EXPECT_NEAR(with.loss.item<double>(), own.loss.item<double>() * 2 / 8, 1e-6);
+  EXPECT_NEAR(with.mean_kl, own.mean_kl, 1e-9);
+  EXPECT_GT(own.mean_kl, 0.1);
+  EXPECT_EQ(with.tokens, 2);
+}
+
 // Each tenant's loss is normalised by its own token count: adding tokens to tenant B leaves the
 // gradient tenant A receives from the summed loss unchanged.
 TEST(GrpoLossTest, SummedTenantLossesGiveEachTenantItsOwnGradient) {
