@@ -68,7 +68,6 @@ TEST(LoraApplyTest, BatchedSegmentsEqualAPerRowReferenceWithGradients) {
     // Reference: fresh leaves with the same values, one row at a time.
     auto xr = x.detach().clone().requires_grad_(true);
     auto yr = y.detach().clone().requires_grad_(true);
-    std::vector<torch::Tensor> flats;
     std::vector<LoraAdapter> refs;
     for (auto& a : adapters) {
       refs.push_back(*LoraAdapter::FromFlat(a.layout(), a.flat().detach().data_ptr<float>()));
