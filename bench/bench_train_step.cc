@@ -7,7 +7,8 @@
 // tenants within 1.5x of the same rows for one tenant (256 rows of 16 and 64 over 8 and 32
 // tenants; 128 rows of 8 over 32, the pipeline's small steps); 256 rows of 64 tokens in groups of
 // 4 with the prompt shared at most 0.8x the time of the same step unshared. Exit 1 when a full run
-// misses one. MARLAAS_BENCH_TRACE=FILE also writes a chrome trace of one step per shape.
+// misses one. MARLAAS_BENCH_TRACE=FILE also writes a chrome trace of one step per shape, to
+// FILE.<tenants>x<rows>x<len> (suffix s/u: grouped, prompt shared or not).
 //
 //   bench_train_step [--json FILE] [--quick]
 #include <torch/csrc/autograd/profiler_legacy.h>
@@ -72,7 +73,9 @@ Row Measure(const std::shared_ptr<const model::BaseWeights>& w, int tenants, int
   }
   rl::MultiTenantStep(model, steps, shared);                     // warm-up
   if (const char* trace = std::getenv("MARLAAS_BENCH_TRACE")) {  // a chrome trace of one step
-    const std::string trace_path = trace;
+    const std::string trace_path = std::string(trace) + "." + std::to_string(tenants) + "x" +
+                                   std::to_string(rows) + "x" + std::to_string(len) +
+                                   (group > 0 ? (shared ? "s" : "u") : "");
     torch::autograd::profiler::RecordProfile guard(trace_path);
     rl::MultiTenantStep(model, steps, shared);
   }

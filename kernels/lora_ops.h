@@ -1,5 +1,6 @@
 // Multi-LoRA ops on the CPU: y = x·Aᵀ (shrink) and out += scale·y·Bᵀ (expand), with a different
-// adapter per row (BGMV, decode) or per contiguous row segment (SGMV, prefill). A is PEFT's
+// adapter per row (BGMV, decode) or per contiguous row segment (SGMV, prefill and training), and
+// SGMV's weight gradients (training's backward). A is PEFT's
 // lora_A.weight [rank × in_dim]; bt is PEFT's lora_B.weight transposed, [rank × out_dim], so the
 // expand is `rank` contiguous axpys per row; row-major f32. An
 // adapter index < 0 means "base only": the row is left untouched. These functions assume their
@@ -44,5 +45,21 @@ void BgmvShrink(const LoraProblem& p, const int32_t* row_adapter, const float* x
 void BgmvExpand(const LoraProblem& p, const int32_t* row_adapter, const float* y, float* out);
 void SgmvShrink(const LoraProblem& p, const RowSegments& segs, const float* x, float* y);
 void SgmvExpand(const LoraProblem& p, const RowSegments& segs, const float* y, float* out);
+
+// SGMV's weight gradients: for every segment s with adapter k = segs.adapter[s] >= 0,
+//   grads[k][r, 0:width) += scale_k · Σ_{rows i of s} left[i, r] · right[i, 0:width),  r < rank_k
+// (grads[k] row-major [rank_k × width]; rank and scale from adapters[k], whose a and bt are not
+// read). For a delta scale·(x·Aᵀ)·Bᵀ whose output gradient is g: left = g·B (the shrink of g by
+// Bᵀ) and right = x give dA; left = x·Aᵀ and right = g give d(Bᵀ). (dx is the expand of g·B by A,
+// scale included: the forward's two ops with A and Bᵀ swapped; see model/lora_grad.h.)
+struct WeightGradProblem {
+  int32_t width = 0;  // columns of right and of each gradient
+  const AdapterRef* adapters = nullptr;
+  int32_t num_adapters = 0;
+  int64_t left_stride = 0;   // elements between rows of left (>= the largest rank used)
+  int64_t right_stride = 0;  // elements between rows of right (>= width)
+};
+void SgmvWeightGrad(const WeightGradProblem& p, const RowSegments& segs, const float* left,
+                    const float* right, float* const* grads);
 
 }  // namespace marlaas::kernels

@@ -59,4 +59,22 @@ void SgmvExpand(const LoraProblem& p, const RowSegments& segs, const float* y, f
   reference::BgmvExpand(p, rows.data(), y, out);
 }
 
+void SgmvWeightGrad(const WeightGradProblem& p, const RowSegments& segs, const float* left,
+                    const float* right, float* const* grads) {
+  for (int32_t s = 0; s < segs.num; ++s) {
+    const int32_t k = segs.adapter[s];
+    if (k < 0) continue;
+    const AdapterRef& ad = p.adapters[k];
+    for (int32_t r = 0; r < ad.rank; ++r) {
+      for (int32_t o = 0; o < p.width; ++o) {
+        double sum = 0;
+        for (int32_t i = segs.start[s]; i < segs.start[s + 1]; ++i)
+          sum += double(left[int64_t(i) * p.left_stride + r]) *
+                 double(right[int64_t(i) * p.right_stride + o]);
+        grads[k][int64_t(r) * p.width + o] += float(double(ad.scale) * sum);
+      }
+    }
+  }
+}
+
 }  // namespace marlaas::kernels::reference

@@ -10,5 +10,7 @@ void BgmvShrink(const LoraProblem& p, const int32_t* row_adapter, const float* x
 void BgmvExpand(const LoraProblem& p, const int32_t* row_adapter, const float* y, float* out);
 void SgmvShrink(const LoraProblem& p, const RowSegments& segs, const float* x, float* y);
 void SgmvExpand(const LoraProblem& p, const RowSegments& segs, const float* y, float* out);
+void SgmvWeightGrad(const WeightGradProblem& p, const RowSegments& segs, const float* left,
+                    const float* right, float* const* grads);
 
 }  // namespace marlaas::kernels::reference

@@ -1,6 +1,7 @@
 // Adding each row's LoRA delta, scale·(x·Aᵀ)·Bᵀ, to a projection's output. Rows are grouped in
-// contiguous segments that share an adapter (-1: none). With autograd on, each segment uses
-// LibTorch ops, so gradients reach the adapters' flat tensors; with autograd off, the SGMV
+// contiguous segments that share an adapter (-1: none). With autograd on, gradients reach the
+// adapters' flat tensors: on the CPU through one autograd op over the SGMV kernels (forward and
+// backward; model/lora_grad.h), elsewhere through LibTorch ops; with autograd off, the SGMV
 // kernels (BGMV when every segment is one row, as in decoding) do the work in place: on the CPU
 // over the adapters' own tensors, on a CUDA device over a LoraPool's stacks (without a pool,
 // CUDA rows take the LibTorch path). A pool on the CPU runs LibTorch ops over its stacks.
@@ -34,6 +35,9 @@ struct LoraSegments {
   // start and adapter as int32 tensors on the pool's device (SetPoolSegments makes them once for
   // every projection of a forward).
   const LoraPool* pool = nullptr;
+  // With autograd on the CPU: the LibTorch ops (what a CUDA device runs) instead of the kernels'
+  // op. For tests and comparisons.
+  bool libtorch_ops = false;
   torch::Tensor device_start, device_adapter;
   void SetPoolSegments(const LoraPool* p);
   // Blocks of `rows_each` rows whose adapters are given per block; consecutive blocks with the
@@ -43,7 +47,8 @@ struct LoraSegments {
 };
 
 // x: [N, in] rows, y: [N, out] their base projection. Returns y plus the deltas; with autograd
-// off, y is updated in place (when contiguous) and returned.
+// off, y is updated in place (when contiguous) and returned; with autograd on the CPU, too, unless
+// y is a view or a leaf that requires grad.
 torch::Tensor AddLoraDelta(const torch::Tensor& x, const torch::Tensor& y, int layer,
                            LoraTarget target, const LoraSegments& segs);
 

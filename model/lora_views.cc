@@ -21,12 +21,17 @@ LoraViews::LoraViews(const LoraAdapter& adapter) {
   const std::vector<torch::Tensor> parts = adapter.flat().split_with_sizes(sizes, 0);
   a_.resize(size_t(l.num_layers) * kNumLoraTargets);
   bt_.resize(a_.size());
+  a_part_.resize(a_.size());
+  bt_part_.resize(a_.size());
   size_t k = 0;
   for (uint32_t layer = 0; layer < l.num_layers; ++layer) {
     for (int t = 0; t < kNumLoraTargets; ++t) {
       if (!l.has(LoraTarget(t))) continue;
-      a_[Index(int(layer), LoraTarget(t))] = parts[k++].view({rank, -1});
-      bt_[Index(int(layer), LoraTarget(t))] = parts[k++].view({rank, -1});
+      const size_t i = Index(int(layer), LoraTarget(t));
+      a_part_[i] = parts[k++];
+      bt_part_[i] = parts[k++];
+      a_[i] = a_part_[i].view({rank, -1});
+      bt_[i] = bt_part_[i].view({rank, -1});
     }
   }
 }

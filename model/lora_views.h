@@ -24,6 +24,11 @@ class LoraViews {
   // A [rank, in] and Bᵀ [rank, out] of (layer, t), as LoraAdapter::A/BT. REQUIRES: has(t).
   const torch::Tensor& A(int layer, LoraTarget t) const { return a_[Index(layer, t)]; }
   const torch::Tensor& BT(int layer, LoraTarget t) const { return bt_[Index(layer, t)]; }
+  // The same values as the split's 1-D parts [rank·in] and [rank·out]: for an op that reads them
+  // by pointer (SegmentedLoraDelta), whose gradients then skip a reshape per matrix (with 32
+  // tenants, ~1.8k ViewBackward nodes a step of the tiny model).
+  const torch::Tensor& APart(int layer, LoraTarget t) const { return a_part_[Index(layer, t)]; }
+  const torch::Tensor& BTPart(int layer, LoraTarget t) const { return bt_part_[Index(layer, t)]; }
 
   // One per adapter (nullptr for a null adapter), for LoraSegments::views.
   static std::vector<std::shared_ptr<const LoraViews>> Of(
@@ -33,7 +38,8 @@ class LoraViews {
   static size_t Index(int layer, LoraTarget t) {
     return size_t(layer) * kNumLoraTargets + size_t(t);
   }
-  std::vector<torch::Tensor> a_, bt_;  // undefined where the adapter lacks the target
+  // Undefined where the adapter lacks the target.
+  std::vector<torch::Tensor> a_, bt_, a_part_, bt_part_;
 };
 
 }  // namespace marlaas::model

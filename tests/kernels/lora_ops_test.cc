@@ -1,9 +1,10 @@
 // Multi-LoRA CPU kernels against the plain reference, on random shapes, ranks, strides and
-// adapter assignments (base-only rows included).
+// adapter assignments (base-only rows included), and the weight gradient against finite sums.
 #include "kernels/lora_ops.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -105,6 +106,66 @@ TEST(LoraOpsTest, SgmvMatchesReferenceOnRandomSegments) {
     reference::SgmvExpand(c.p, segs, c.y.data(), out_ref.data());
     ExpectClose(out, out_ref, "sgmv expand");
   }
+}
+
+TEST(LoraOpsTest, SgmvWeightGradMatchesReferenceAndAccumulates) {
+  std::mt19937 rng(14);
+  for (int trial = 0; trial < 30; ++trial) {
+    const int rows = 1 + int(rng() % 64), adapters = 1 + int(rng() % 6);
+    const int width = 1 + int(rng() % 300);
+    Case c = MakeCase(rng, rows, 1, 1, adapters);  // only the adapters' ranks and scales count
+    WeightGradProblem p;
+    p.width = width;
+    p.adapters = c.adapters.data();
+    p.num_adapters = adapters;
+    p.left_stride = c.p.y_stride;
+    p.right_stride = width + int(rng() % 3);
+    const std::vector<float> left = Random(rng, size_t(rows) * size_t(p.left_stride));
+    const std::vector<float> right = Random(rng, size_t(rows) * size_t(p.right_stride));
+    std::vector<int32_t> start = {0}, seg_adapter;
+    while (start.back() < rows) {  // random lengths (some empty, some not a multiple of 4)
+      start.push_back(std::min(rows, start.back() + int(rng() % 11)));
+      seg_adapter.push_back(int32_t(rng() % uint32_t(adapters + 1)) - 1);
+    }
+    RowSegments segs{start.data(), seg_adapter.data(), int32_t(seg_adapter.size())};
+    // Gradients start non-zero: the op accumulates.
+    std::vector<std::vector<float>> got, want;
+    std::vector<float*> got_ptr, want_ptr;
+    for (int k = 0; k < adapters; ++k) {
+      got.push_back(Random(rng, size_t(c.adapters[size_t(k)].rank) * size_t(width)));
+      want.push_back(got.back());
+    }
+    for (int k = 0; k < adapters; ++k) {
+      got_ptr.push_back(got[size_t(k)].data());
+      want_ptr.push_back(want[size_t(k)].data());
+    }
+    const std::vector<std::vector<float>> before = got;
+    SgmvWeightGrad(p, segs, left.data(), right.data(), got_ptr.data());
+    reference::SgmvWeightGrad(p, segs, left.data(), right.data(), want_ptr.data());
+    for (int k = 0; k < adapters; ++k) ExpectClose(got[size_t(k)], want[size_t(k)], "weight grad");
+    // An adapter that no segment uses keeps its gradient as it was.
+    for (int k = 0; k < adapters; ++k) {
+      if (std::find(seg_adapter.begin(), seg_adapter.end(), k) == seg_adapter.end()) {
+        EXPECT_EQ(got[size_t(k)], before[size_t(k)]) << "adapter " << k;
+      }
+    }
+  }
+}
+
+TEST(LoraOpsTest, SgmvWeightGradIsTheSumOfTheRowsOuterProducts) {
+  // One adapter of rank 2, scale 3, one segment of 5 rows: grads[r][o] = 3·Σ_i
+  // left[i][r]·right[i][o].
+  AdapterRef ad{nullptr, nullptr, 2, 3.0f};
+  WeightGradProblem p{3, &ad, 1, 2, 3};
+  const float left[] = {1, 0, 0, 1, 1, 1, 2, 0, 0, -1};
+  const float right[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 0, 0, 0, 0, 1};
+  const int32_t start[] = {0, 5}, adapter[] = {0};
+  std::vector<float> g(6, 0.f);
+  float* gp = g.data();
+  SgmvWeightGrad(p, RowSegments{start, adapter, 1}, left, right, &gp);
+  // rank 0: rows 0, 2 and twice row 3: (1,2,3)+(7,8,9)+(2,0,0) = (10,10,12); rank 1: rows 1, 2
+  // and minus row 4: (4,5,6)+(7,8,9)-(0,0,1) = (11,13,14).
+  EXPECT_EQ(g, (std::vector<float>{30, 30, 36, 33, 39, 42}));
 }
 
 TEST(LoraOpsTest, ShrinkThenExpandEqualsTheMergedWeightUpdate) {

@@ -1,5 +1,5 @@
-// AddLoraDelta with autograd on (the trainer's path) against a plain per-row reference, on random
-// inputs: rows in segments of unequal lengths, adapters of two ranks (several segments of a rank
+// AddLoraDelta with autograd on (the trainer's path: on the CPU the SGMV kernels' autograd op, and
+// the LibTorch ops a CUDA device runs) against a plain per-row reference, on random inputs: rows in segments of unequal lengths, adapters of two ranks (several segments of a rank
 // are computed as one padded batch, a lone one on its own), an adapter without the projection,
 // rows without an adapter, and one adapter in two segments; with the adapters' own views and
 // with each split once (LoraViews, as a training forward does). Outputs and the gradients of the
@@ -28,8 +28,9 @@ TEST(LoraApplyTest, BatchedSegmentsEqualAPerRowReferenceWithGradients) {
   const LoraTarget target = LoraTarget::kUp;
   const uint32_t all = (1u << kNumLoraTargets) - 1, without = all & ~(1u << int(target));
   std::mt19937 rng(7);
-  for (int trial = 0; trial < 8; ++trial) {
+  for (int trial = 0; trial < 12; ++trial) {
     const bool split = trial % 2 == 1;
+    const bool libtorch_ops = (trial / 2) % 2 == 1;
     // Five adapters of rank 4 (one without this projection), two of rank 2.
     std::vector<LoraAdapter> adapters;
     for (int k = 0; k < 7; ++k) {
@@ -44,6 +45,7 @@ TEST(LoraApplyTest, BatchedSegmentsEqualAPerRowReferenceWithGradients) {
     LoraSegments segs;
     for (auto& a : adapters) segs.adapters.push_back(&a);
     if (split) segs.views = LoraViews::Of(segs.adapters);
+    segs.libtorch_ops = libtorch_ops;
     // Segment adapters: every adapter, one twice, and one segment without an adapter, each with
     // 1-9 rows (so groups are cut where padding would more than double a segment).
     std::vector<int32_t> order = {0, 1, 5, -1, 2, 3, 6, 4, 0};
@@ -59,9 +61,11 @@ TEST(LoraApplyTest, BatchedSegmentsEqualAPerRowReferenceWithGradients) {
     auto y = torch::randn({rows, W.size(0)}).requires_grad_(true);
     auto probe = torch::randn({rows, W.size(0)});
     torch::Tensor got = AddLoraDelta(x, y, layer, target, segs);
-    // The batched path ran (its rows are kept for the forward's other projections), and a second
-    // projection through the kept rows computes the same.
-    EXPECT_FALSE(segs.batch_rows.empty()) << "trial " << trial;
+    // The path asked for ran: LibTorch's batched groups keep their rows for the forward's other
+    // projections, the kernels' op keeps none; a second projection computes the same.
+    EXPECT_EQ(segs.batch_rows.empty(), !libtorch_ops) << "trial " << trial;
+    EXPECT_EQ(got.grad_fn()->name().find("SegmentedLora") != std::string::npos, !libtorch_ops)
+        << got.grad_fn()->name();
     EXPECT_TRUE(torch::equal(AddLoraDelta(x, y, layer, target, segs).detach(), got.detach()));
     (got * probe).sum().backward();
 
