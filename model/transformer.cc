@@ -1,8 +1,9 @@
 #include "model/transformer.h"
 
 #include <cmath>
-#include <limits>
 #include <tuple>
+
+#include "model/attention.h"
 
 namespace marlaas::model {
 
@@ -60,15 +61,8 @@ torch::Tensor Transformer::Block(const torch::Tensor& x, int layer, const torch:
   auto v = Project(h, layer, LoraTarget::kV, lora).view({B, T, c.num_kv_heads, D}).transpose(1, 2);
   q = ApplyRope(q, cos, sin);
   k = ApplyRope(k, cos, sin);
-  const int64_t group = c.num_heads / c.num_kv_heads;
-  if (group > 1) {
-    k = k.repeat_interleave(group, 1);
-    v = v.repeat_interleave(group, 1);
-  }
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(D));
-  auto causal = torch::ones({T, T}, x.options().dtype(torch::kBool)).triu(1);
-  scores = scores.masked_fill(causal, -std::numeric_limits<float>::infinity());
-  auto attn = torch::matmul(torch::softmax(scores, -1), v);  // [B, H, T, D]
+  auto causal = torch::ones({1, 1, T, T}, x.options().dtype(torch::kBool)).triu(1);
+  auto attn = Attend(q, k, v, causal, 1.0 / std::sqrt(double(D)));  // [B, H, T, D]
   attn = attn.transpose(1, 2).reshape({B * T, c.num_heads * D});
   auto x2 = x.reshape({B * T, -1}) + Project(attn, layer, LoraTarget::kO, lora);
   return Mlp(x2, layer, lora).view({B, T, -1});
@@ -120,23 +114,8 @@ std::pair<torch::Tensor, torch::Tensor> Transformer::SharedBlock(
   // Each suffix row sees its prefix's keys and values, then its own.
   auto k_all = torch::cat({kp.index_select(0, prefix_index), ks}, 2);
   auto v_all = torch::cat({vp.index_select(0, prefix_index), vs}, 2);
-  const int64_t group = c.num_heads / c.num_kv_heads;
   const double scale = 1.0 / std::sqrt(double(D));
-  const float inf = std::numeric_limits<float>::infinity();
-  // Grouped-query attention without repeating keys and values per head: the `group` query heads
-  // of a key head (head = kv * group + g) are stacked along time. q [R, H, T, D], k and v
-  // [R, KV, S, D], masked broadcastable to [R, H, T, S]; returns [R, H, T, D].
-  auto attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                    const torch::Tensor& masked) {
-    const int64_t R = q.size(0), T = q.size(2), S = k.size(2);
-    auto scores = torch::matmul(q.reshape({R, c.num_kv_heads, group * T, D}), k.transpose(-2, -1))
-                      .view({R, c.num_heads, T, S}) *
-                  scale;
-    auto weights = torch::softmax(scores.masked_fill(masked, -inf), -1);
-    return torch::matmul(weights.view({R, c.num_kv_heads, group * T, S}), v)
-        .view({R, c.num_heads, T, D});
-  };
-  auto attn_s = attend(qs, k_all, v_all, masked);
+  auto attn_s = Attend(qs, k_all, v_all, masked, scale);
   auto finish = [&](const torch::Tensor& x, const torch::Tensor& attn, int64_t rows, int64_t T,
                     const LoraSegments* lora) {
     auto a = attn.transpose(1, 2).reshape({rows * T, c.num_heads * D});
@@ -145,8 +124,8 @@ std::pair<torch::Tensor, torch::Tensor> Transformer::SharedBlock(
   };
   torch::Tensor out_p;  // the last layer's prefix output is not needed: its keys and values are
   if (prefix_out) {
-    auto causal = torch::ones({Lp, Lp}, xp.options().dtype(torch::kBool)).triu(1);
-    out_p = finish(xp, attend(qp, kp, vp, causal), P, Lp, lora_p);
+    auto causal = torch::ones({1, 1, Lp, Lp}, xp.options().dtype(torch::kBool)).triu(1);
+    out_p = finish(xp, Attend(qp, kp, vp, causal, scale), P, Lp, lora_p);
   }
   return {out_p, finish(xs, attn_s, B, Ls, lora_s)};
 }

@@ -148,7 +148,7 @@ Tenant MakeGroupedTenant(const model::BaseWeights& w, uint64_t seed, int groups,
 }
 
 // Computing each group's prompt once gives the losses, gradients and updates of the unshared
-// step, and computes fewer positions.
+// step (within rounding), and computes fewer positions.
 TEST(MultiTenantStepTest, SharingEachGroupsPromptChangesNothingButTheWork) {
   auto w = *model::BaseWeights::Load(kData + "/llama");
   model::Transformer model(w);
@@ -167,9 +167,16 @@ TEST(MultiTenantStepTest, SharingEachGroupsPromptChangesNothingButTheWork) {
     EXPECT_NEAR(ra[k].loss, rb[k].loss, 1e-5) << k;
     EXPECT_NEAR(ra[k].grad_norm, rb[k].grad_norm, 1e-4 * std::max(1.0, rb[k].grad_norm)) << k;
     EXPECT_EQ(ra[k].tokens, rb[k].tokens) << k;
+    // Gradients within rounding (measured: 1.4e-7 of a largest element of 0.12). The updates
+    // within 1e-5, a thousandth of the step (lr 1e-2): AdamW's first step is lr·g/(|g| + eps),
+    // which turns the rounding of an element with |g| near eps into up to ~1e-6 (measured).
+    const auto& ga = shared[k].adapter->flat().grad();
+    const auto& gb = unshared[k].adapter->flat().grad();
+    EXPECT_LT((ga - gb).abs().max().item<double>(), 1e-5 * gb.abs().max().item<double>())
+        << "tenant " << k;
     const double diff =
         (shared[k].adapter->flat() - unshared[k].adapter->flat()).abs().max().item<double>();
-    EXPECT_LT(diff, 1e-6) << "tenant " << k;
+    EXPECT_LT(diff, 1e-5) << "tenant " << k;
   }
   EXPECT_LT(ra[0].padded_tokens, rb[0].padded_tokens);
   EXPECT_LT(ra[1].own_padded_tokens, rb[1].own_padded_tokens);

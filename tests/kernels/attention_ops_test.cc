@@ -1,0 +1,95 @@
+// The CPU attention kernels against the plain reference, on random shapes (grouped-query heads,
+// head sizes that are not a multiple of the vector width), random masks shared by every row or
+// per row, and query positions whose every key is masked.
+#include "kernels/attention_ops.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+namespace marlaas::kernels {
+namespace {
+
+std::vector<float> Random(std::mt19937& rng, size_t n) {
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& e : v) e = d(rng);
+  return v;
+}
+
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, const char* what,
+                 int trial) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], 2e-4f * (1.0f + std::fabs(want[i])))
+        << what << " at " << i << ", trial " << trial;
+  }
+}
+
+TEST(AttentionOpsTest, ForwardAndBackwardMatchTheReference) {
+  std::mt19937 rng(21);
+  for (int trial = 0; trial < 40; ++trial) {
+    AttentionProblem p;
+    p.rows = 1 + int32_t(rng() % 4);
+    p.kv_heads = 1 + int32_t(rng() % 3);
+    p.heads = p.kv_heads * (1 + int32_t(rng() % 3));
+    p.q_len = 1 + int32_t(rng() % 12);
+    p.kv_len = 1 + int32_t(rng() % 20);
+    p.head_dim = 1 + int32_t(rng() % 40);
+    p.scale = 1.0f / std::sqrt(float(p.head_dim));
+    p.mask_per_row = trial % 2 == 1;
+    const size_t planes = p.mask_per_row ? size_t(p.rows) : 1;
+    const size_t plane = size_t(p.q_len) * size_t(p.kv_len);
+    std::unique_ptr<bool[]> masked(new bool[planes * plane]);
+    for (size_t i = 0; i < planes * plane; ++i) masked[i] = rng() % 3 == 0;
+    // Query position 0 of the first plane attends to nothing.
+    for (int32_t j = 0; j < p.kv_len; ++j) masked[size_t(j)] = true;
+    p.masked = masked.get();
+    const size_t nq = size_t(p.rows) * size_t(p.heads) * size_t(p.q_len) * size_t(p.head_dim);
+    const size_t nkv = size_t(p.rows) * size_t(p.kv_heads) * size_t(p.kv_len) * size_t(p.head_dim);
+    const size_t np = size_t(p.rows) * size_t(p.heads) * plane;
+    const auto q = Random(rng, nq), k = Random(rng, nkv), v = Random(rng, nkv);
+    const auto d_out = Random(rng, nq);
+    // Outputs start as garbage: the kernels must write every element.
+    std::vector<float> out = Random(rng, nq), probs = Random(rng, np), out_ref(nq), probs_ref(np);
+    AttentionForward(p, q.data(), k.data(), v.data(), out.data(), probs.data());
+    reference::AttentionForward(p, q.data(), k.data(), v.data(), out_ref.data(), probs_ref.data());
+    ExpectClose(probs, probs_ref, "probs", trial);
+    ExpectClose(out, out_ref, "out", trial);
+    for (int32_t d = 0; d < p.head_dim; ++d) ASSERT_EQ(out[size_t(d)], 0.0f) << "nothing attended";
+
+    std::vector<float> dq = Random(rng, nq), dk = Random(rng, nkv), dv = Random(rng, nkv);
+    std::vector<float> dq_ref(nq), dk_ref(nkv), dv_ref(nkv);
+    AttentionBackward(p, q.data(), k.data(), v.data(), probs_ref.data(), d_out.data(), dq.data(),
+                      dk.data(), dv.data());
+    reference::AttentionBackward(p, q.data(), k.data(), v.data(), probs_ref.data(), d_out.data(),
+                                 dq_ref.data(), dk_ref.data(), dv_ref.data());
+    ExpectClose(dq, dq_ref, "dq", trial);
+    ExpectClose(dk, dk_ref, "dk", trial);
+    ExpectClose(dv, dv_ref, "dv", trial);
+  }
+}
+
+TEST(AttentionOpsTest, OneKeyGivesItsValueAndEqualScoresTheMean) {
+  // One row, one head, head_dim 2: a query that sees one key returns that key's value; one whose
+  // keys all score the same (q = 0) returns the mean of the values it sees.
+  AttentionProblem p{1, 1, 1, 2, 3, 2, 1.0f, nullptr, false};
+  const bool masked[] = {false, true, true, false, false, false};
+  p.masked = masked;
+  const float q[] = {1, 2, 0, 0};
+  const float k[] = {3, -1, 0.5f, 2, 1, 1};
+  const float v[] = {1, 2, 3, 4, 5, 9};
+  float out[4], probs[6];
+  AttentionForward(p, q, k, v, out, probs);
+  EXPECT_FLOAT_EQ(out[0], 1);
+  EXPECT_FLOAT_EQ(out[1], 2);
+  EXPECT_FLOAT_EQ(out[2], 3);
+  EXPECT_FLOAT_EQ(out[3], 5);
+  EXPECT_FLOAT_EQ(probs[3], 1.0f / 3);
+}
+
+}  // namespace
+}  // namespace marlaas::kernels

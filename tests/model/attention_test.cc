@@ -1,0 +1,89 @@
+// Attend's CPU op against the same attention in LibTorch ops, forward and gradients, on random
+// inputs: grouped-query heads, a causal mask shared by every row, and per-row masks (a prefix of
+// varying length, as HiddenShared's suffix rows have); and its refusals of malformed arguments.
+#include "model/attention.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace marlaas::model {
+namespace {
+
+double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a - b).abs().max().item<double>();
+}
+
+TEST(AttentionTest, KernelOpMatchesLibTorchOpsWithGradients) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 8; ++trial) {
+    const int64_t R = 1 + rng() % 4, KV = 1 + rng() % 2, H = KV * (1 + rng() % 3);
+    const int64_t T = 1 + rng() % 9, D = 4 + rng() % 29, prefix = trial % 2 == 1 ? rng() % 6 : 0;
+    const int64_t S = prefix + T;
+    // Queries at positions prefix..S-1: each row sees its first `seen[r]` prefix keys, then its
+    // own keys up to itself.
+    auto causal = torch::ones({T, T}, torch::kBool).triu(1);
+    torch::Tensor masked;
+    if (prefix == 0) {
+      masked = causal.view({1, 1, T, T});
+    } else {
+      auto seen = torch::randint(0, prefix + 1, {R, 1});
+      auto prefix_masked = torch::arange(prefix).unsqueeze(0) >= seen;  // [R, prefix]
+      masked = torch::cat({prefix_masked.view({R, 1, 1, prefix}).expand({R, 1, T, prefix}),
+                           causal.view({1, 1, T, T}).expand({R, 1, T, T})},
+                          3);
+    }
+    auto q = torch::randn({R, H, T, D}).requires_grad_(true);
+    auto k = torch::randn({R, KV, S, D}).requires_grad_(true);
+    auto v = torch::randn({R, KV, S, D}).requires_grad_(true);
+    auto probe = torch::randn({R, H, T, D});
+    const double scale = 1.0 / std::sqrt(double(D));
+    auto got = Attend(q, k, v, masked, scale);
+    ASSERT_NE(got.grad_fn()->name().find("AttentionFn"), std::string::npos);
+    (got * probe).sum().backward();
+    auto gq = q.grad().clone(), gk = k.grad().clone(), gv = v.grad().clone();
+    q.grad().zero_();
+    k.grad().zero_();
+    v.grad().zero_();
+    auto want = AttendWithLibTorch(q, k, v, masked, scale);
+    (want * probe).sum().backward();
+    EXPECT_LT(MaxAbsDiff(got.detach(), want.detach()), 1e-5) << "trial " << trial;
+    EXPECT_LT(MaxAbsDiff(gq, q.grad()), 1e-4) << "trial " << trial;
+    EXPECT_LT(MaxAbsDiff(gk, k.grad()), 1e-4) << "trial " << trial;
+    EXPECT_LT(MaxAbsDiff(gv, v.grad()), 1e-4) << "trial " << trial;
+    if (S > 1) {  // with one key, the softmax is 1 whatever the scores: dk = 0
+      EXPECT_GT(gk.abs().max().item<double>(), 1e-3) << "trial " << trial;
+    }
+  }
+}
+
+TEST(AttentionTest, MalformedArgumentsAreRefusedByName) {
+  auto q = torch::randn({2, 4, 3, 8}), k = torch::randn({2, 2, 5, 8}), v = k.clone();
+  auto masked = torch::zeros({1, 1, 3, 5}, torch::kBool);
+  auto error = [](auto f) -> std::string {
+    try {
+      f();
+    } catch (const c10::Error& e) {
+      return e.what_without_backtrace();
+    }
+    return "";
+  };
+  EXPECT_EQ(error([&] { Attend(q, k, v, masked, 1.0); }), "");
+  EXPECT_NE(error([&] {
+              Attend(q, torch::randn({2, 3, 5, 8}), torch::randn({2, 3, 5, 8}), masked, 1.0);
+            }).find("multiple of key/value heads"),
+            std::string::npos);
+  EXPECT_NE(error([&] { Attend(q, k, v.narrow(2, 0, 4), masked, 1.0); }).find("same shape"),
+            std::string::npos);
+  EXPECT_NE(error([&] { Attend(q, k, v, masked.to(torch::kFloat32), 1.0); }).find("masked must"),
+            std::string::npos);
+  EXPECT_NE(error([&] {
+              Attend(q, k, v, torch::zeros({1, 1, 3, 4}, torch::kBool), 1.0);
+            }).find("masked must"),
+            std::string::npos);
+  EXPECT_NE(error([&] { Attend(q[0], k, v, masked, 1.0); }).find("must be [rows, heads"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace marlaas::model
