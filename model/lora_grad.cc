@@ -108,11 +108,23 @@ class SegmentedLoraFn : public torch::autograd::Function<SegmentedLoraFn> {
       kernels::SgmvExpand(p, segs, gb.data_ptr<float>(), dx.data_ptr<float>());
     }
     // dA[j] = scale·Σ gbᵀ·x and dBᵀ[j] = scale·Σ shrunkᵀ·g over adapter j's rows.
+    // All of them in one zeroed buffer, each a tensor over its part that keeps the buffer alive
+    // (with 32 tenants, two zeros_like per adapter were ~10% of the op's backward).
+    int64_t total = 0;
+    for (size_t j = 0; j < n; ++j) total += a[j].numel() + bt[j].numel();
+    auto buffer = torch::zeros({total}, g.options());
+    float* next = buffer.data_ptr<float>();
+    auto part = [&](const torch::Tensor& like) {
+      float* at = next;
+      next += like.numel();
+      return torch::from_blob(
+          at, like.sizes(), [buffer](void*) {}, g.options());
+    };
     tensor_list da(n), dbt(n);
     std::vector<float*> da_ptr(n), dbt_ptr(n);
     for (size_t j = 0; j < n; ++j) {
-      da[j] = torch::zeros_like(a[j]);
-      dbt[j] = torch::zeros_like(bt[j]);
+      da[j] = part(a[j]);
+      dbt[j] = part(bt[j]);
       da_ptr[j] = da[j].data_ptr<float>();
       dbt_ptr[j] = dbt[j].data_ptr<float>();
     }
