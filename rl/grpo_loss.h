@@ -30,12 +30,25 @@ struct TenantBatch {
 };
 
 struct GrpoLoss {
-  torch::Tensor loss;        // scalar
+  torch::Tensor loss;        // scalar (ComputeGrpoLoss; undefined in GrpoLosses::tenants)
+  double value = 0;          // the loss's value
   double clip_fraction = 0;  // share of tokens whose ratio lies outside [1 - eps_low, 1 + eps_high]
   double mean_kl = 0;        // mean KL_k3 per token of this batch (0 when not computed)
   int64_t tokens = 0;
 };
 
 GrpoLoss ComputeGrpoLoss(const TenantBatch& batch, const GrpoConfig& config);
+
+// Several tenants' rows at once (rl::MultiTenantStep's buckets), in one set of ops whatever the
+// number of tenants: row r belongs to tenant tenant_of[r], whose config and skipped tokens apply
+// (batch.skipped_tokens is not read). `loss` is the sum of the tenants' losses, each exactly
+// ComputeGrpoLoss of its own rows (up to rounding); `tenants` has each one's statistics.
+struct GrpoLosses {
+  torch::Tensor loss;
+  std::vector<GrpoLoss> tenants;
+};
+GrpoLosses ComputeGrpoLosses(const TenantBatch& batch, const std::vector<int32_t>& tenant_of,
+                             const std::vector<GrpoConfig>& configs,
+                             const std::vector<int64_t>& skipped_tokens);
 
 }  // namespace marlaas::rl

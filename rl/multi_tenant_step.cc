@@ -120,61 +120,88 @@ torch::Tensor BucketLoss(const model::Transformer& model, std::vector<TenantStep
     return model.HiddenShared(prefix_tokens, with_lora ? &prefix_routing : nullptr, tokens,
                               with_lora ? &routing : nullptr, prefix_of, offset);
   };
-  // The log-prob of token t comes from the logits at position t - 1. Tenants may sample at
-  // different temperatures, so the fused op runs per tenant on its rows.
+  // The log-prob of token t comes from the logits at position t - 1, of the temperature-scaled
+  // distribution its tenant sampled from: the lm_head and the fused op run once per run of
+  // consecutive tenants with the same temperature (usually the whole bucket).
+  std::vector<int64_t> run_rows;  // rows of each run
+  std::vector<size_t> run_first;  // its first member
+  for (size_t m = 0; m < members.size(); ++m) {
+    if (m == 0 ||
+        tenants[members[m]].temperature != tenants[members[run_first.back()]].temperature) {
+      run_first.push_back(m);
+      run_rows.push_back(0);
+    }
+    run_rows.back() += rows_of[m];
+  }
   const auto hidden = hidden_of_rows(true);
-  // Split per tenant (a narrow per tenant would make the backward quadratic in tenants: each
-  // narrow's gradient is a zero tensor the size of the whole batch).
-  const std::vector<torch::Tensor> hidden_of = hidden.split_with_sizes(rows_of, 0);
+  // Split per run (a narrow per run would make the backward quadratic in runs: each narrow's
+  // gradient is a zero tensor the size of the whole batch).
+  const std::vector<torch::Tensor> hidden_of = hidden.split_with_sizes(run_rows, 0);
   std::vector<torch::Tensor> ref_hidden_of;
+  std::vector<GrpoConfig> configs;
+  std::vector<int64_t> skipped;
   bool any_kl = false;
-  for (size_t k : members) any_kl = any_kl || tenants[k].grpo.kl_beta > 0;
+  for (size_t k : members) {
+    any_kl = any_kl || tenants[k].grpo.kl_beta > 0;
+    configs.push_back(tenants[k].grpo);
+    skipped.push_back(tenants[k].skipped_tokens);
+  }
   if (any_kl) {
     torch::NoGradGuard no_grad;  // the base: same weights, LoRA off
-    ref_hidden_of = hidden_of_rows(false).split_with_sizes(rows_of, 0);
+    ref_hidden_of = hidden_of_rows(false).split_with_sizes(run_rows, 0);
   }
   const auto& lm_head = model.weights().lm_head;
-  torch::Tensor total;
+  auto logprobs_of = [&](const torch::Tensor& h, int64_t row0, int64_t n, float temperature) {
+    auto logits =
+        torch::matmul(h.narrow(1, 0, max_len - 1), lm_head.t()).reshape({n * (max_len - 1), -1});
+    auto targets = tokens.narrow(0, row0, n).narrow(1, 1, max_len - 1).reshape({-1});
+    return model::TokenLogprobs(logits, targets, temperature).view({n, max_len - 1});
+  };
+  std::vector<torch::Tensor> logp, ref_logp;
+  int64_t row0 = 0;
+  for (size_t i = 0; i < run_rows.size(); ++i) {
+    const float temperature = tenants[members[run_first[i]]].temperature;
+    logp.push_back(logprobs_of(hidden_of[i], row0, run_rows[i], temperature));
+    if (any_kl) {
+      torch::NoGradGuard no_grad;
+      ref_logp.push_back(logprobs_of(ref_hidden_of[i], row0, run_rows[i], temperature));
+    }
+    row0 += run_rows[i];
+  }
+  std::vector<float> adv;
+  std::vector<int32_t> tenant_of;
+  for (size_t m = 0, r = 0; m < members.size(); ++m) {
+    for (int64_t i = 0; i < rows_of[m]; ++i, ++r) {
+      adv.push_back(rows[r].c->advantage);
+      tenant_of.push_back(int32_t(m));
+    }
+  }
+  TenantBatch b{logp.size() == 1 ? logp[0] : torch::cat(logp, 0),
+                behaviour.narrow(1, 1, max_len - 1), mask.narrow(1, 1, max_len - 1),
+                torch::tensor(adv).to(model.device()), torch::Tensor()};
+  if (any_kl) b.ref_logprobs = ref_logp.size() == 1 ? ref_logp[0] : torch::cat(ref_logp, 0);
+  GrpoLosses losses = ComputeGrpoLosses(b, tenant_of, configs, skipped);
   int64_t first_row = 0;
   for (size_t m = 0; m < members.size(); ++m) {
-    const TenantStep& t = tenants[members[m]];
-    const int64_t n = rows_of[m], row0 = first_row;
+    const int64_t n = rows_of[m], r0 = first_row;
     first_row += n;
     if (n == 0) continue;
-    auto h = hidden_of[m].narrow(1, 0, max_len - 1);
-    auto logits = torch::matmul(h, lm_head.t()).reshape({n * (max_len - 1), -1});
-    auto targets = tokens.narrow(0, row0, n).narrow(1, 1, max_len - 1).reshape({-1});
-    auto logp = model::TokenLogprobs(logits, targets, t.temperature).view({n, max_len - 1});
-    std::vector<float> adv;
-    for (int64_t r = row0; r < row0 + n; ++r) adv.push_back(rows[size_t(r)].c->advantage);
-    TenantBatch b{logp, behaviour.narrow(0, row0, n).narrow(1, 1, max_len - 1),
-                  mask.narrow(0, row0, n).narrow(1, 1, max_len - 1),
-                  torch::tensor(adv).to(model.device()), torch::Tensor()};
-    b.skipped_tokens = t.skipped_tokens;
-    if (t.grpo.kl_beta > 0) {
-      torch::NoGradGuard no_grad;
-      auto ref_logits = torch::matmul(ref_hidden_of[m].narrow(1, 0, max_len - 1), lm_head.t())
-                            .reshape({n * (max_len - 1), -1});
-      b.ref_logprobs =
-          model::TokenLogprobs(ref_logits, targets, t.temperature).view({n, max_len - 1});
-    }
-    GrpoLoss loss = ComputeGrpoLoss(b, t.grpo);
+    const GrpoLoss& loss = losses.tenants[m];
     TenantStepResult& res = (*results)[members[m]];
-    res.loss = loss.loss.item<double>();
+    res.loss = loss.value;
     res.clip_fraction = loss.clip_fraction;
     res.tokens = loss.tokens;
     res.padded_tokens = n * max_len + prefixes_of[m] * prefix_len;
     // Padded to its own longest suffix and prefix instead of the bucket's.
     int64_t own_len = 0, own_prefix = 0;
-    for (int64_t r = row0; r < row0 + n; ++r) {
+    for (int64_t r = r0; r < r0 + n; ++r) {
       const Row& row = rows[size_t(r)];
       own_len = std::max(own_len, int64_t(row.c->tokens.size()) - row.offset);
       own_prefix = std::max(own_prefix, row.offset);
     }
     res.own_padded_tokens = n * own_len + prefixes_of[m] * own_prefix;
-    total = total.defined() ? total + loss.loss : loss.loss;
   }
-  return total;
+  return losses.loss;
 }
 
 }  // namespace
