@@ -125,5 +125,80 @@ TEST(GrpoLossTest, SummedTenantLossesGiveEachTenantItsOwnGradient) {
   EXPECT_TRUE(torch::equal(a.grad(), a_alone.grad()));
 }
 
+// Several tenants' rows in one ComputeGrpoLosses (as MultiTenantStep's buckets): interleaved rows,
+// each tenant's own clip range, KL coefficient and skipped tokens, and a tenant whose rows train
+// no token. Each tenant's statistics, and the gradient its rows get, are those of ComputeGrpoLoss
+// on its rows alone; the loss is their sum.
+TEST(GrpoLossTest, ManyTenantsAtOnceEqualEachTenantAlone) {
+  torch::manual_seed(4);
+  const int64_t rows = 7, len = 5;
+  auto logp = (torch::randn({rows, len}) * 0.3 - 1).requires_grad_();
+  const auto behaviour = logp.detach() + torch::randn({rows, len}) * 0.4;  // some clip
+  const auto ref = logp.detach() + torch::randn({rows, len}) * 0.2;
+  auto mask = (torch::rand({rows, len}) > 0.3).to(torch::kFloat32);
+  mask[6].zero_();
+  const auto adv = torch::randn({rows});
+  const std::vector<int32_t> tenant_of = {0, 1, 0, 2, 1, 0, 3};  // tenant 3: no tokens
+  std::vector<GrpoConfig> configs(4);
+  configs[0].kl_beta = 0.3f;
+  configs[1].clip_eps_low = 0.05f;
+  configs[1].clip_eps_high = 0.1f;
+  configs[2].kl_beta = 0.1f;
+  configs[2].clip_eps_high = 0.5f;
+  const std::vector<int64_t> skipped = {0, 4, 9, 2};
+  TenantBatch all{logp, behaviour, mask, adv, ref};
+  const GrpoLosses got = ComputeGrpoLosses(all, tenant_of, configs, skipped);
+  got.loss.backward();
+  const auto grad = logp.grad().clone();
+  double sum = 0;
+  for (int32_t k = 0; k < 4; ++k) {
+    std::vector<int64_t> mine;
+    for (int64_t r = 0; r < rows; ++r)
+      if (tenant_of[size_t(r)] == k) mine.push_back(r);
+    const auto idx = torch::tensor(mine);
+    auto own = logp.detach().index_select(0, idx).requires_grad_();
+    TenantBatch b{own, behaviour.index_select(0, idx), mask.index_select(0, idx),
+                  adv.index_select(0, idx), ref.index_select(0, idx)};
+    b.skipped_tokens = skipped[size_t(k)];
+    const GrpoLoss want = ComputeGrpoLoss(b, configs[size_t(k)]);
+    want.loss.backward();
+    const GrpoLoss& g = got.tenants[size_t(k)];
+    EXPECT_EQ(g.tokens, want.tokens) << k;
+    EXPECT_NEAR(g.value, want.loss.item<double>(), 1e-6) << k;
+    EXPECT_NEAR(g.value, want.value, 1e-12) << k;
+    EXPECT_NEAR(g.clip_fraction, want.clip_fraction, 1e-9) << k;
+    EXPECT_NEAR(g.mean_kl, want.mean_kl, 1e-9) << k;
+    EXPECT_LT((grad.index_select(0, idx) - own.grad()).abs().max().item<double>(), 1e-7) << k;
+    sum += want.loss.item<double>();
+  }
+  EXPECT_NEAR(got.loss.item<double>(), sum, 1e-6);
+  EXPECT_EQ(got.tenants[3].tokens, 0);
+  EXPECT_GT(got.tenants[1].clip_fraction, 0);  // the narrow clip range bites
+  EXPECT_GT(got.tenants[0].mean_kl, 0);
+  EXPECT_EQ(got.tenants[1].mean_kl, 0);  // no KL term: not computed
+}
+
+TEST(GrpoLossTest, ManyTenantsRefuseMismatchedArguments) {
+  auto logp = torch::zeros({2, 3});
+  TenantBatch b{logp, logp, torch::ones({2, 3}), torch::ones({2}), torch::Tensor()};
+  auto error = [&](const std::vector<int32_t>& of, const std::vector<GrpoConfig>& c,
+                   const std::vector<int64_t>& skipped) -> std::string {
+    try {
+      ComputeGrpoLosses(b, of, c, skipped);
+    } catch (const c10::Error& e) {
+      return e.what_without_backtrace();
+    }
+    return "";
+  };
+  EXPECT_EQ(error({0, 1}, {{}, {}}, {0, 0}), "");
+  EXPECT_NE(error({0}, {{}}, {0}).find("one tenant per completion"), std::string::npos);
+  EXPECT_NE(error({0, 2}, {{}, {}}, {0, 0}).find("tenant out of range"), std::string::npos);
+  EXPECT_NE(error({0, 0}, {{}}, {}).find("one skipped-token count per tenant"), std::string::npos);
+  EXPECT_NE(error({0, 0}, {{}}, {-1}).find("must not be negative"), std::string::npos);
+  GrpoConfig kl;
+  kl.kl_beta = 0.1f;
+  EXPECT_NE(error({0, 0}, {kl}, {0}).find("needs reference log-probs"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace marlaas::rl
