@@ -62,6 +62,11 @@ Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
       break;
     }
     service->Tick();
+    if (!service->failure().ok()) {
+      const Status failure = service->failure();
+      service->Stop();
+      return failure;
+    }
     if (control) {
       control->Poll(50, [&](const pb::ControlRequest& r) { return handler->Handle(r); });
     } else {

@@ -199,6 +199,7 @@ Status Service::WaitUntilReady(int timeout_ms) {
   const int64_t deadline = MonotonicNanos() + int64_t(timeout_ms) * 1'000'000;
   for (;;) {
     Tick();
+    if (!failure_.ok()) return failure_;
     if (StagesReady()) return Status::Ok();
     if (MonotonicNanos() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -357,27 +358,40 @@ Status Service::StopTenant(const std::string& tenant) {
 void Service::Tick() {
   if (stopped_) return;
   const int64_t now = NowMs();
+  // A stage's end (an exit, a signal, or a failed start): counted, and once it has ended
+  // kGiveUpAfterCrashes times in a row, the service's failure.
+  auto ended = [&](Stage& st, const std::string& how) {
+    const bool give_up = ++st.crashes_in_row >= kGiveUpAfterCrashes;
+    std::fprintf(stderr, "[serve] %s: %s; %s\n", st.name.c_str(), how.c_str(),
+                 give_up ? "giving up" : "restarting");
+    st.pid = 0;
+    st.died_at = now;
+    if (give_up && failure_.ok()) {
+      failure_ = Status(StatusCode::kUnavailable,
+                        st.name + " ended " + std::to_string(st.crashes_in_row) +
+                            " times in a row within 10 s of starting (last: " + how +
+                            "); not restarting it: see " + options_.stage.state_dir + "/logs/" +
+                            st.name + ".log. Unfinished tenants resume on the next start.");
+    }
+  };
   for (Stage& st : stages_) {
     if (st.pid > 0) {
       int status = 0;
       if (waitpid(st.pid, &status, WNOHANG) == st.pid) {
-        std::fprintf(stderr, "[serve] %s (pid %d) %s %d; restarting\n", st.name.c_str(),
-                     int(st.pid), WIFSIGNALED(status) ? "was killed by signal" : "exited with",
-                     WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-        st.pid = 0;
-        st.died_at = now;
-        ++st.crashes_in_row;
+        ended(st,
+              "pid " + std::to_string(st.pid) + " " +
+                  (WIFSIGNALED(status) ? "was killed by signal " + std::to_string(WTERMSIG(status))
+                                       : "exited with " + std::to_string(WEXITSTATUS(status))));
       }
     }
+    if (st.pid == 0 && st.crashes_in_row >= kGiveUpAfterCrashes) continue;
     if (st.pid == 0) {
       // Back off a crash loop: 0, 100, 200, ... ms, never more than 1 s.
       const int64_t delay = std::min<int64_t>(1000, 100 * (st.crashes_in_row - 1));
       if (now - st.died_at < delay) continue;
       Status s = Spawn(&st);
       if (!s.ok()) {
-        std::fprintf(stderr, "[serve] cannot restart %s: %s\n", st.name.c_str(),
-                     s.ToString().c_str());
-        st.died_at = now;
+        ended(st, "could not be started: " + s.ToString());
         continue;
       }
       ++st.restarts;

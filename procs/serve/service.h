@@ -2,7 +2,9 @@
 // (tenant table, adapter store, metrics, the rings: a trajectory and a tool ring per rollout
 // replica, one scored ring), spawns the rollout replicas (options.stage.rollout_replicas), the
 // verifier and the trainer processes, restarts any that exits within a second (a stage that keeps
-// crashing is restarted with a growing delay, capped at 1 s), admits tenants from job specs, marks
+// crashing is restarted with a growing delay, capped at 1 s; after kGiveUpAfterCrashes exits in a
+// row without staying up 10 s, it gives up and says why in failure()), admits tenants from job
+// specs, marks
 // them finished when the trainer reports max_steps (or failed when their verifier keeps failing),
 // and removes the segments when it stops. One service per state dir: Start() takes
 // <state>/service.lock, which the stage processes inherit, so a restarted service waits until the
@@ -56,6 +58,12 @@ struct StageView {
 // marked failed with the verifier's last error as the reason.
 inline constexpr uint64_t kFailAfterVerifierErrors = 8;
 
+// A stage that exits this many times in a row, each time within 10 s of its start, is not
+// restarted again: the service has failed (Service::failure()). About 5 s of restarts with the
+// back-off; a stage that cannot start (no model, a broken binary) would otherwise be restarted
+// forever while its tenants wait.
+inline constexpr int kGiveUpAfterCrashes = 8;
+
 class Service {
  public:
   static Result<std::unique_ptr<Service>> Start(const ServiceOptions& options);
@@ -81,6 +89,10 @@ class Service {
   Result<std::vector<std::string>> ResumeTenants();
   // Supervision: restarts dead stages and updates tenant states.
   void Tick();
+  // Ok while every stage runs or is being restarted; once a stage has crashed
+  // kGiveUpAfterCrashes times in a row, kUnavailable naming it, how it last ended and its log.
+  // Its tenants stay unfinished on disk: a later service on the state dir resumes them.
+  const Status& failure() const { return failure_; }
   // True when every stage process now running has loaded what it needs (the base, the
   // tokenizer, its segments) and entered its loop: its engine metrics carry a start time taken
   // after it was spawned. Tenants admitted before that wait for the slowest stage's start-up.
@@ -136,6 +148,7 @@ class Service {
   std::vector<std::string> segments_;              // names to remove at Stop
   std::vector<Stage> stages_;
   bool stopped_ = false;
+  Status failure_ = Status::Ok();
   int lock_fd_ = -1;  // <state>/service.lock, held (and inherited by the stages) while we run
   std::map<std::string, uint64_t> estimates_;  // admission estimate per admitted tenant
   uint64_t settled_ = 0, settle_ns_ = 0;

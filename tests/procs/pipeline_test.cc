@@ -14,6 +14,7 @@
 
 #include "base/process.h"
 #include "model/compute_threads.h"
+#include "procs/cli/run_jobs.h"
 #include "procs/common/evaluation.h"
 #include "shm/adapter_store.h"
 #include "shm/metrics.h"
@@ -392,6 +393,64 @@ TEST_F(PipelineTest, StagesThatCannotLoadTheirModelAreNamedWhenNotReady) {
   EXPECT_NE(st.message().find("trainer"), std::string::npos) << st.message();
   EXPECT_EQ(st.message().find("verifier"), std::string::npos) << st.message();  // needs no model
   EXPECT_NE(st.message().find("/logs"), std::string::npos) << st.message();
+}
+
+// A stage that can never start (here: no base model) is restarted with a back-off, then given
+// up on: the service's failure names it, how it last ended and its log, and no further restart
+// happens; `marlaas serve` (RunJobs) returns that failure instead of restarting it forever.
+TEST_F(PipelineTest, AStageThatKeepsEndingIsGivenUpOnAndNamed) {
+  serve::ServiceOptions o;
+  o.stage.instance = instance_;
+  o.stage.state_dir = state_dir_;
+  o.stage.model_dir = state_dir_ + "/no-such-model";
+  o.stage.threads = 1;
+  o.stage.verifier_workers = 2;
+  o.bin_dir = MARLAAS_BIN_DIR;
+  o.max_tenants = 2;
+  {
+    auto s = serve::Service::Start(o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    serve::Service& service = **s;
+    const Status st = service.WaitUntilReady(90'000);  // returns the failure, not a timeout
+    ASSERT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+    EXPECT_EQ(st.message(), service.failure().message());
+    const std::string& m = st.message();
+    EXPECT_TRUE(m.find("rollout") == 0 || m.find("trainer") == 0) << m;
+    EXPECT_NE(m.find(std::to_string(serve::kGiveUpAfterCrashes) + " times in a row"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("exited with"), std::string::npos) << m;
+    EXPECT_NE(m.find(state_dir_ + "/logs/"), std::string::npos) << m;
+    const std::string stage = m.substr(0, m.find(' '));
+    // Given up: it stays down through further ticks (past the 1 s back-off), and its restart
+    // count stops; the verifier, which needs no model, still runs.
+    auto restarts = [&] {
+      for (const serve::StageView& v : service.Stages())
+        if (v.name == stage) return v.restarts;
+      return -1;
+    };
+    const int before = restarts();
+    EXPECT_EQ(before, serve::kGiveUpAfterCrashes - 1);  // the first start is not a restart
+    for (int i = 0; i < 75; ++i) {
+      service.Tick();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_EQ(service.StagePid(stage), 0);
+    EXPECT_EQ(restarts(), before);
+    EXPECT_GT(service.StagePid(pipeline::kVerifierRole), 0);
+  }
+  // The same through RunJobs, as `marlaas serve` runs it: the failure, well before its timeout.
+  cli::RunJobsOptions r;
+  r.service = o;
+  r.until_stopped = true;
+  r.quiet = true;
+  r.timeout_s = 120;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto report = cli::RunJobs(r);
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(report.status().code(), StatusCode::kUnavailable) << report.status().ToString();
+  EXPECT_NE(report.status().message().find("times in a row"), std::string::npos);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 100);
 }
 
 TEST_F(PipelineTest, ACudaServiceOnACpuOnlyBuildSaysWhyInEachModelStagesLog) {
