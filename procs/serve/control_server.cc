@@ -7,8 +7,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace marlaas::serve {
@@ -29,9 +32,15 @@ Result<sockaddr_un> Address(const std::string& path) {
   return a;
 }
 
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
-Result<ControlServer> ControlServer::Listen(const std::string& path) {
+Result<ControlServer> ControlServer::Listen(const std::string& path, int idle_timeout_ms) {
   MARLAAS_ASSIGN_OR_RETURN(sockaddr_un addr, Address(path));
   // A socket file that nobody answers on is a dead service's.
   const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -45,6 +54,7 @@ Result<ControlServer> ControlServer::Listen(const std::string& path) {
   ::unlink(path.c_str());
   ControlServer s;
   s.path_ = path;
+  s.idle_timeout_ms_ = idle_timeout_ms;
   s.listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (s.listen_fd_ < 0) return ErrnoStatus("socket", errno);
   const mode_t old = ::umask(0177);  // the socket file is created 0600
@@ -58,7 +68,10 @@ Result<ControlServer> ControlServer::Listen(const std::string& path) {
 }
 
 ControlServer::ControlServer(ControlServer&& o) noexcept
-    : path_(std::move(o.path_)), listen_fd_(o.listen_fd_), conns_(std::move(o.conns_)) {
+    : path_(std::move(o.path_)),
+      listen_fd_(o.listen_fd_),
+      idle_timeout_ms_(o.idle_timeout_ms_),
+      conns_(std::move(o.conns_)) {
   o.listen_fd_ = -1;
   o.conns_.clear();
   o.path_.clear();
@@ -78,7 +91,7 @@ void ControlServer::Close(int fd, const char* why) {
   conns_.erase(fd);
 }
 
-void ControlServer::ReadFrom(int fd, const Handler& handler) {
+void ControlServer::ReadFrom(int fd, const Handler& handler, int64_t now_ms) {
   Conn& c = conns_[fd];
   char buf[65536];
   const ssize_t n = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
@@ -87,6 +100,7 @@ void ControlServer::ReadFrom(int fd, const Handler& handler) {
     Close(fd, c.reader.pending() > 0 ? "the client hung up in the middle of a frame" : nullptr);
     return;
   }
+  c.last_ms = now_ms;
   c.reader.Feed(buf, size_t(n));
   for (;;) {
     auto frame = c.reader.Next();
@@ -125,11 +139,16 @@ void ControlServer::Poll(int timeout_ms, const Handler& handler) {
   fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
   for (auto& [fd, c] : conns_)
     fds.push_back({fd, short(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
-  if (::poll(fds.data(), fds.size(), timeout_ms) <= 0) return;
+  const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
+  const int64_t now = NowMs();
+  if (ready <= 0) {
+    CloseIdle(now);
+    return;
+  }
   for (size_t i = 1; i < fds.size(); ++i) {
     const int fd = fds[i].fd;
     if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
-      ReadFrom(fd, handler);
+      ReadFrom(fd, handler, now);
       if (!conns_.count(fd)) continue;
     }
     Conn& c = conns_[fd];
@@ -137,6 +156,7 @@ void ControlServer::Poll(int timeout_ms, const Handler& handler) {
       const ssize_t w = ::send(fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       if (w > 0) {
         c.out.erase(0, size_t(w));
+        c.last_ms = now;
       } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
         Close(fd, "the client went away before its reply");
       }
@@ -146,9 +166,23 @@ void ControlServer::Poll(int timeout_ms, const Handler& handler) {
     while (conns_.size() < kMaxConnections) {
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) break;
-      conns_[fd];
+      conns_[fd].last_ms = now;
     }
   }
+  CloseIdle(now);
+}
+
+void ControlServer::CloseIdle(int64_t now_ms) {
+  std::vector<std::pair<int, std::string>> idle;
+  for (const auto& [fd, c] : conns_) {
+    if (now_ms - c.last_ms <= idle_timeout_ms_) continue;
+    const char* what = !c.out.empty()           ? "its reply unread"
+                       : c.reader.pending() > 0 ? "a frame left unfinished"
+                                                : "idle";
+    idle.emplace_back(fd, std::string(what) + " for " + std::to_string(now_ms - c.last_ms) +
+                              " ms (limit " + std::to_string(idle_timeout_ms_) + " ms)");
+  }
+  for (const auto& [fd, why] : idle) Close(fd, why.c_str());
 }
 
 }  // namespace marlaas::serve

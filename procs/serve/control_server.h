@@ -4,7 +4,10 @@
 // at most its timeout. A connection that sends a malformed, truncated or oversized frame, or
 // that stops reading its replies, is closed and logged; the others and the service carry on.
 // At most 128 connections are open at once; further clients wait in the listen backlog until one
-// closes (a client's own timeout bounds that wait), they are not refused.
+// closes (a client's own timeout bounds that wait), they are not refused. A connection on which
+// nothing moves (no byte read, no reply byte written) for the idle timeout is closed and logged,
+// so clients that connect and go quiet cannot hold the slots forever (`marlaas` clients send one
+// request per connection and read its reply at once).
 // Not thread-safe.
 #pragma once
 
@@ -23,7 +26,7 @@ class ControlServer {
   using Handler = std::function<pb::ControlReply(const pb::ControlRequest&)>;
 
   // Binds `path`. A socket file left by a dead service is replaced; a live one is an error.
-  static Result<ControlServer> Listen(const std::string& path);
+  static Result<ControlServer> Listen(const std::string& path, int idle_timeout_ms = 60'000);
   ControlServer(ControlServer&& other) noexcept;
   ControlServer& operator=(ControlServer&&) = delete;
   ~ControlServer();  // closes every connection and removes the socket file
@@ -35,14 +38,17 @@ class ControlServer {
  private:
   struct Conn {
     FrameReader reader;
-    std::string out;  // reply bytes not yet written
+    std::string out;      // reply bytes not yet written
+    int64_t last_ms = 0;  // when a byte last moved (or it was accepted), steady clock
   };
   ControlServer() = default;
   void Close(int fd, const char* why);
-  void ReadFrom(int fd, const Handler& handler);
+  void ReadFrom(int fd, const Handler& handler, int64_t now_ms);
+  void CloseIdle(int64_t now_ms);
 
   std::string path_;
   int listen_fd_ = -1;
+  int idle_timeout_ms_ = 60'000;
   std::map<int, Conn> conns_;
 };
 

@@ -67,8 +67,8 @@ TEST(ControlFrameTest, OversizedFramesAreRefusedBeforeReading) {
 // A server on its own thread answering with the request id and the command's tenant.
 class ServerThread {
  public:
-  explicit ServerThread(const std::string& dir) {
-    auto s = ControlServer::Listen(dir + "/control.sock");
+  explicit ServerThread(const std::string& dir, int idle_timeout_ms = 60'000) {
+    auto s = ControlServer::Listen(dir + "/control.sock", idle_timeout_ms);
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     server_.emplace(std::move(s).value());
     thread_ = std::thread([this] {
@@ -187,6 +187,36 @@ TEST(ControlServerTest, AtTheConnectionCapANewClientWaitsForASlot) {
   ASSERT_TRUE(reply.ok()) << reply.status().ToString();
   EXPECT_EQ(reply->logs().lines(0), "waited");
   for (int fd : idle) ::close(fd);
+}
+
+// Connections on which nothing moves for the idle timeout are closed (a quiet one, one that
+// stopped in the middle of a frame), each client sees its end of the socket close, and a client
+// that sends its request and reads its reply is answered as before.
+TEST(ControlServerTest, QuietConnectionsAreClosedAfterTheIdleTimeout) {
+  const std::string dir = TempDir("ctl-idle");
+  ServerThread server(dir, /*idle_timeout_ms=*/1000);
+  const std::string path = dir + "/control.sock";
+  const int quiet = Connect(path);
+  const int half = Connect(path);
+  const std::string frame = *EncodeFrame(StopRequest(1, "t").SerializeAsString());
+  ASSERT_EQ(::send(half, frame.data(), 5, MSG_NOSIGNAL), 5);
+  for (int i = 0; i < 100 && server.connections() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(server.connections(), 2u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(server.connections(), 2u) << "closed before its idle timeout";
+  for (int i = 0; i < 500 && server.connections() > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(server.connections(), 0u);
+  for (int fd : {quiet, half}) {
+    char b;
+    EXPECT_EQ(::recv(fd, &b, 1, 0), 0) << "the server's end is closed";
+    ::close(fd);
+  }
+  auto reply = cli::CallService(dir, StopRequest(5, "active"), 10000);
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_EQ(reply->logs().lines(0), "active");
+  EXPECT_EQ(server.handled(), 1);
 }
 
 TEST(ControlServerTest, ManyClientsAtOnceEachGetTheirOwnReplies) {
