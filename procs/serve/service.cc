@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <set>
 #include <thread>
@@ -162,6 +163,22 @@ Status Service::Spawn(Stage* stage) {
       stage->role == pipeline::kRolloutRole
           ? ReplicaVisibleDevices(stage->replica, options_.stage.rollout_replicas)
           : StageVisibleDevices(stage->role));
+  // Everything the child needs is built here: between fork and exec it makes only
+  // async-signal-safe calls (no allocation, which could deadlock on a lock another thread of
+  // this process held at the fork).
+  std::vector<char*> cargv;
+  for (std::string& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  std::vector<std::string> env;
+  const std::string kGpus = "CUDA_VISIBLE_DEVICES=";
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (gpus.has_value() && std::strncmp(*e, kGpus.c_str(), kGpus.size()) == 0) continue;
+    env.emplace_back(*e);
+  }
+  if (gpus.has_value()) env.push_back(kGpus + *gpus);
+  std::vector<char*> cenv;
+  for (std::string& e : env) cenv.push_back(e.data());
+  cenv.push_back(nullptr);
   const pid_t parent = getpid();
   const int64_t spawned = MonotonicNanos();
   const pid_t pid = fork();
@@ -174,11 +191,7 @@ Status Service::Spawn(Stage* stage) {
       dup2(fd, 1);
       dup2(fd, 2);
     }
-    if (gpus.has_value()) setenv("CUDA_VISIBLE_DEVICES", gpus->c_str(), 1);
-    std::vector<char*> cargv;
-    for (std::string& a : argv) cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    execv(exe.c_str(), cargv.data());
+    execve(exe.c_str(), cargv.data(), cenv.data());
     _exit(127);
   }
   stage->pid = pid;

@@ -7,8 +7,10 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -451,6 +453,54 @@ TEST_F(PipelineTest, AStageThatKeepsEndingIsGivenUpOnAndNamed) {
   EXPECT_EQ(report.status().code(), StatusCode::kUnavailable) << report.status().ToString();
   EXPECT_NE(report.status().message().find("times in a row"), std::string::npos);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 100);
+}
+
+// The stages get serve's environment, with CUDA_VISIBLE_DEVICES replaced for a role that has its
+// own GPUs (here the verifier's, MARLAAS_VERIFIER_GPUS) and inherited otherwise. Stand-in stage
+// programs record their environment.
+TEST_F(PipelineTest, StagesGetServesEnvironmentWithTheirOwnVisibleDevices) {
+  const std::string bin = state_dir_ + "/bin";
+  std::filesystem::create_directories(bin);
+  for (const char* role : {"rollout", "verifier", "trainer"}) {
+    const std::string path = bin + "/marlaas-" + role;
+    std::ofstream(path) << "#!/bin/sh\nenv > \"$0.env.tmp\" && mv \"$0.env.tmp\" \"$0.env\"\n"
+                           "exec sleep 60\n";
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+  }
+  ::setenv("CUDA_VISIBLE_DEVICES", "0,1", 1);
+  ::setenv("MARLAAS_VERIFIER_GPUS", "3", 1);
+  ::setenv("MARLAAS_TEST_MARK", "kept", 1);
+  serve::ServiceOptions o;
+  o.stage.instance = instance_;
+  o.stage.state_dir = state_dir_;
+  o.stage.model_dir = state_dir_;
+  o.bin_dir = bin;
+  o.max_tenants = 2;
+  auto s = serve::Service::Start(o);
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  ::unsetenv("MARLAAS_VERIFIER_GPUS");
+  ::unsetenv("MARLAAS_TEST_MARK");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  std::map<std::string, std::vector<std::string>> env;
+  for (const char* role : {"rollout", "verifier", "trainer"}) {
+    const std::string file = bin + "/marlaas-" + role + ".env";
+    for (int i = 0; i < 500 && !std::filesystem::exists(file); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::ifstream in(file);
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0 || line.rfind("MARLAAS_TEST_MARK=", 0) == 0)
+        env[role].push_back(line);
+  }
+  for (auto& [role, lines] : env) std::sort(lines.begin(), lines.end());
+  EXPECT_EQ(env["verifier"],
+            (std::vector<std::string>{"CUDA_VISIBLE_DEVICES=3", "MARLAAS_TEST_MARK=kept"}))
+      << "its own devices, once";
+  for (const char* role : {"rollout", "trainer"}) {
+    EXPECT_EQ(env[role],
+              (std::vector<std::string>{"CUDA_VISIBLE_DEVICES=0,1", "MARLAAS_TEST_MARK=kept"}))
+        << role << ": inherits serve's";
+  }
+  (*s)->Stop(500);
 }
 
 TEST_F(PipelineTest, ACudaServiceOnACpuOnlyBuildSaysWhyInEachModelStagesLog) {
