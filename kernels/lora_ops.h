@@ -32,6 +32,23 @@ struct LoraProblem {
   int64_t out_stride = 0;  // elements between rows of out (>= out_dim)
 };
 
+// A problem over packed row-major buffers: x [rows × in_dim], y [rows × rank_stride], out
+// [rows × out_dim].
+inline LoraProblem PackedLoraProblem(int32_t rows, int32_t in_dim, int32_t out_dim,
+                                     const AdapterRef* adapters, int32_t num_adapters,
+                                     int32_t rank_stride) {
+  LoraProblem p;
+  p.rows = rows;
+  p.in_dim = in_dim;
+  p.out_dim = out_dim;
+  p.adapters = adapters;
+  p.num_adapters = num_adapters;
+  p.x_stride = in_dim;
+  p.y_stride = rank_stride;
+  p.out_stride = out_dim;
+  return p;
+}
+
 // Contiguous row segments: rows [start[s], start[s+1]) use adapter[s].
 struct RowSegments {
   const int32_t* start = nullptr;    // num + 1 entries, non-decreasing, start[num] <= rows

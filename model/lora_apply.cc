@@ -178,15 +178,9 @@ torch::Tensor WithKernels(const torch::Tensor& x, const torch::Tensor& y, int la
     seg_adapter[s] = int32_t(k);
   }
   if (max_rank == 0) return y;  // no row of this batch adapts this projection
-  kernels::LoraProblem p;
-  p.rows = int32_t(x2.size(0));
-  p.in_dim = int32_t(x2.size(1));
-  p.out_dim = int32_t(out.size(1));
-  p.adapters = refs.data();
-  p.num_adapters = int32_t(refs.size());
-  p.x_stride = p.in_dim;
-  p.y_stride = max_rank;
-  p.out_stride = p.out_dim;
+  const kernels::LoraProblem p =
+      kernels::PackedLoraProblem(int32_t(x2.size(0)), int32_t(x2.size(1)), int32_t(out.size(1)),
+                                 refs.data(), int32_t(refs.size()), max_rank);
   auto shrunk = torch::empty({x2.size(0), max_rank});
   if (single_rows && int64_t(seg_adapter.size()) == x2.size(0)) {
     kernels::BgmvShrink(p, seg_adapter.data(), x2.data_ptr<float>(), shrunk.data_ptr<float>());

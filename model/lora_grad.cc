@@ -50,15 +50,9 @@ class SegmentedLoraFn : public torch::autograd::Function<SegmentedLoraFn> {
     const std::vector<kernels::AdapterRef> refs = Refs(av, btv, rank, scale, false);
     const int32_t max_rank = *std::max_element(rank.begin(), rank.end());
     auto shrunk = torch::zeros({xc.size(0), max_rank}, xc.options());
-    kernels::LoraProblem p;
-    p.rows = int32_t(xc.size(0));
-    p.in_dim = int32_t(xc.size(1));
-    p.out_dim = int32_t(out.size(1));
-    p.adapters = refs.data();
-    p.num_adapters = int32_t(refs.size());
-    p.x_stride = p.in_dim;
-    p.y_stride = max_rank;
-    p.out_stride = p.out_dim;
+    const kernels::LoraProblem p =
+        kernels::PackedLoraProblem(int32_t(xc.size(0)), int32_t(xc.size(1)), int32_t(out.size(1)),
+                                   refs.data(), int32_t(refs.size()), max_rank);
     const kernels::RowSegments segs{st.data(), ad.data(), int32_t(ad.size())};
     kernels::SgmvShrink(p, segs, xc.data_ptr<float>(), shrunk.data_ptr<float>());
     kernels::SgmvExpand(p, segs, shrunk.data_ptr<float>(), out.data_ptr<float>());
@@ -91,15 +85,8 @@ class SegmentedLoraFn : public torch::autograd::Function<SegmentedLoraFn> {
     // gb = g·B per row (unscaled): the shrink of g by Bᵀ.
     const std::vector<kernels::AdapterRef> swapped = Refs(a, bt, Ranks(a, in), scale, true);
     auto gb = torch::zeros({rows, max_rank}, g.options());
-    kernels::LoraProblem p;
-    p.rows = rows;
-    p.in_dim = out;
-    p.out_dim = in;
-    p.adapters = swapped.data();
-    p.num_adapters = int32_t(swapped.size());
-    p.x_stride = out;
-    p.y_stride = max_rank;
-    p.out_stride = in;
+    const kernels::LoraProblem p = kernels::PackedLoraProblem(rows, out, in, swapped.data(),
+                                                              int32_t(swapped.size()), max_rank);
     kernels::SgmvShrink(p, segs, g.data_ptr<float>(), gb.data_ptr<float>());
     // dx = scale·gb·A: the expand of gb by A.
     torch::Tensor dx;

@@ -5,26 +5,10 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/vector_ops.h"
+
 namespace marlaas::kernels {
 namespace {
-
-// 8 independent lanes: vectorised without reassociation (head_dim is 32-128 in practice).
-__attribute__((always_inline)) inline float Dot(const float* a, const float* b, int32_t n) {
-  float acc[8] = {0};
-  int32_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
-  }
-  for (int l = 0; i < n; ++i, ++l) acc[l] += a[i] * b[i];
-  for (int w = 4; w > 0; w /= 2) {
-    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
-  }
-  return acc[0];
-}
-
-__attribute__((always_inline)) inline void Axpy(float alpha, const float* x, float* y, int32_t n) {
-  for (int32_t i = 0; i < n; ++i) y[i] += alpha * x[i];
-}
 
 // Offsets of row r, query head h: its query rows, its key/value head's rows, its probs and mask.
 struct Head {
@@ -41,8 +25,6 @@ __attribute__((always_inline)) inline Head HeadOf(const AttentionProblem& p, int
 }
 
 }  // namespace
-
-#define MARLAAS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
 MARLAAS_CLONES void AttentionForward(const AttentionProblem& p, const float* q, const float* k,
                                      const float* v, float* out, float* probs) {

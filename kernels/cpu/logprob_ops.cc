@@ -2,9 +2,9 @@
 
 #include <cmath>
 
-namespace marlaas::kernels {
+#include "kernels/cpu/vector_ops.h"
 
-#define MARLAAS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+namespace marlaas::kernels {
 
 MARLAAS_CLONES void TokenLogprobs(const LogprobProblem& p, const float* logits,
                                   const int32_t* targets, float* logprob, float* lse) {

@@ -1,27 +1,9 @@
 #include "kernels/lora_ops.h"
 
+#include "kernels/cpu/vector_ops.h"
+
 namespace marlaas::kernels {
 namespace {
-
-// Dot product with 16 independent lanes so the compiler vectorises it without reassociating
-// (no -ffast-math needed), then a pairwise (vectorisable) reduction; inlined into each target
-// clone below.
-__attribute__((always_inline)) inline float Dot(const float* a, const float* b, int32_t n) {
-  float acc[16] = {0};
-  int32_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    for (int l = 0; l < 16; ++l) acc[l] += a[i + l] * b[i + l];
-  }
-  for (int l = 0; i < n; ++i, ++l) acc[l] += a[i] * b[i];
-  for (int w = 8; w > 0; w /= 2) {
-    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
-  }
-  return acc[0];
-}
-
-__attribute__((always_inline)) inline void Axpy(float alpha, const float* x, float* y, int32_t n) {
-  for (int32_t i = 0; i < n; ++i) y[i] += alpha * x[i];
-}
 
 __attribute__((always_inline)) inline void ShrinkRows(const LoraProblem& p, const AdapterRef& ad,
                                                       int32_t row_begin, int32_t row_end,
@@ -49,8 +31,6 @@ __attribute__((always_inline)) inline void ExpandRow(const LoraProblem& p, const
 }
 
 }  // namespace
-
-#define MARLAAS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
 MARLAAS_CLONES void BgmvShrink(const LoraProblem& p, const int32_t* row_adapter, const float* x,
                                float* y) {

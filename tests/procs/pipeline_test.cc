@@ -378,16 +378,21 @@ TEST_F(PipelineTest, StagesAreReadyOnceEachHasLoadedAndAfterARestartAgain) {
   EXPECT_TRUE(service_->StagesReady());
 }
 
-TEST_F(PipelineTest, StagesThatCannotLoadTheirModelAreNamedWhenNotReady) {
+// Service options for this test's instance whose base model folder does not exist.
+serve::ServiceOptions WithoutAModel(const std::string& instance, const std::string& state_dir) {
   serve::ServiceOptions o;
-  o.stage.instance = instance_;
-  o.stage.state_dir = state_dir_;
-  o.stage.model_dir = state_dir_ + "/no-such-model";
+  o.stage.instance = instance;
+  o.stage.state_dir = state_dir;
+  o.stage.model_dir = state_dir + "/no-such-model";
   o.stage.threads = 1;
   o.stage.verifier_workers = 2;
   o.bin_dir = MARLAAS_BIN_DIR;
   o.max_tenants = 2;
-  auto s = serve::Service::Start(o);
+  return o;
+}
+
+TEST_F(PipelineTest, StagesThatCannotLoadTheirModelAreNamedWhenNotReady) {
+  auto s = serve::Service::Start(WithoutAModel(instance_, state_dir_));
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   Status st = (*s)->WaitUntilReady(1500);
   EXPECT_EQ(st.code(), StatusCode::kTimeout) << st.ToString();
@@ -401,14 +406,7 @@ TEST_F(PipelineTest, StagesThatCannotLoadTheirModelAreNamedWhenNotReady) {
 // up on: the service's failure names it, how it last ended and its log, and no further restart
 // happens; `marlaas serve` (RunJobs) returns that failure instead of restarting it forever.
 TEST_F(PipelineTest, AStageThatKeepsEndingIsGivenUpOnAndNamed) {
-  serve::ServiceOptions o;
-  o.stage.instance = instance_;
-  o.stage.state_dir = state_dir_;
-  o.stage.model_dir = state_dir_ + "/no-such-model";
-  o.stage.threads = 1;
-  o.stage.verifier_workers = 2;
-  o.bin_dir = MARLAAS_BIN_DIR;
-  o.max_tenants = 2;
+  const serve::ServiceOptions o = WithoutAModel(instance_, state_dir_);
   {
     auto s = serve::Service::Start(o);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
