@@ -37,8 +37,9 @@ struct TenantStep {
   // GRPO's mean over the whole batch: leaving them out saves their forward and backward without
   // scaling up the other groups' gradient. (Without this, a step with one informative group of
   // three pushed it three times as hard; late in training, when most groups are degenerate, a
-  // single wrong sample's group then moved the policy as far as a full batch. Their KL term, when
-  // kl_beta > 0, is not computed.)
+  // single wrong sample's group then moved the policy as far as a full batch. With kl_beta > 0
+  // the trainer instead trains such groups with advantage 0, for their KL term:
+  // procs/trainer/step_groups.h.)
   int64_t skipped_tokens = 0;
 };
 

@@ -19,7 +19,7 @@
 #include "procs/common/tenant_watcher.h"
 #include "procs/trainer/adapter_fanout.h"
 #include "procs/trainer/checkpoint.h"
-#include "rl/advantages.h"
+#include "procs/trainer/step_groups.h"
 #include "rl/multi_tenant_step.h"
 #include "shm/adapter_store.h"
 #include "shm/metrics.h"
@@ -428,30 +428,8 @@ bool Trainer::TrainReady(bool under_pressure) {
         continue;
       }
       ++t->metrics.staleness[std::min<uint64_t>(staleness, kStalenessBuckets - 1)];
-      std::vector<float> rewards;
-      for (const pb::Trajectory& tr : g.trajectories()) rewards.push_back(tr.reward());
-      const rl::GroupAdvantages adv =
-          rl::ComputeAdvantages(rewards, t->spec.grpo().normalize_std());
       t->ck.data_cursor = std::max<uint64_t>(t->ck.data_cursor, g.prompt_id() + 1);
-      if (adv.degenerate) {
-        ++degenerate;
-        for (const pb::Trajectory& tr : g.trajectories())
-          for (char m : tr.loss_mask()) step.skipped_tokens += m != 0;
-      } else {
-        for (int i = 0; i < g.trajectories_size(); ++i) {
-          const pb::Trajectory& tr = g.trajectories(i);
-          rl::Completion c;
-          c.tokens.assign(tr.tokens().begin(), tr.tokens().end());
-          c.behaviour_logprobs.assign(tr.behaviour_logprobs().begin(),
-                                      tr.behaviour_logprobs().end());
-          c.loss_mask.assign(tr.loss_mask().begin(), tr.loss_mask().end());
-          c.advantage = adv.advantages[size_t(i)];
-          if (c.tokens.size() != c.behaviour_logprobs.size() ||
-              c.tokens.size() != c.loss_mask.size())
-            continue;  // malformed trajectory: it contributes nothing
-          step.completions.push_back(std::move(c));
-        }
-      }
+      if (AddGroupToStep(g, t->spec.grpo().normalize_std(), &step)) ++degenerate;
       batch.push_back(std::move(g));
     }
     if (batch.empty()) continue;
@@ -507,7 +485,7 @@ bool Trainer::TrainReady(bool under_pressure) {
     const rl::TenantStep& st = steps[step_of[k]];
     size_t tenant_tokens = 0;
     for (const rl::Completion& c : st.completions) tenant_tokens += c.tokens.size();
-    stepping[k]->metrics.samples += st.completions.size();  // trained (non-degenerate) rows
+    stepping[k]->metrics.samples += st.completions.size();  // trained rows
     stepping[k]->metrics.tokens += tenant_tokens;
     // Positions computed for it, padded to its own longest (shared prompts counted once).
     stepping[k]->metrics.padded_tokens += size_t(results[step_of[k]].own_padded_tokens);

@@ -1,0 +1,67 @@
+// AddGroupToStep, the trainer's batching of a scored group into a tenant's step: a group with a
+// signal adds its trajectories with their advantages; a degenerate one adds nothing and counts its
+// trained tokens as skipped, unless the step has a KL term, which needs them (advantage 0); a
+// malformed trajectory is left out.
+#include "procs/trainer/step_groups.h"
+
+#include <gtest/gtest.h>
+
+namespace marlaas::trainer {
+namespace {
+
+pb::TrajectoryGroup Group(const std::vector<float>& rewards) {
+  pb::TrajectoryGroup g;
+  for (size_t i = 0; i < rewards.size(); ++i) {
+    pb::Trajectory* tr = g.add_trajectories();
+    tr->set_reward(rewards[i]);
+    // 2 prompt tokens, then 1 + i generated ones.
+    for (size_t k = 0; k < 3 + i; ++k) {
+      tr->add_tokens(int32_t(10 + k));
+      tr->add_behaviour_logprobs(k < 2 ? 0.0f : -1.0f);
+      tr->mutable_loss_mask()->push_back(k < 2 ? 0 : 1);
+    }
+  }
+  return g;
+}
+
+TEST(StepGroupsTest, AGroupWithASignalAddsItsTrajectoriesWithTheirAdvantages) {
+  rl::TenantStep step;
+  EXPECT_FALSE(AddGroupToStep(Group({1, 0, 0, 1}), /*normalize_std=*/false, &step));
+  ASSERT_EQ(step.completions.size(), 4u);
+  EXPECT_EQ(step.completions[0].advantage, 0.5f);
+  EXPECT_EQ(step.completions[1].advantage, -0.5f);
+  EXPECT_EQ(step.completions[3].tokens.size(), 6u);
+  EXPECT_EQ(step.completions[3].loss_mask, (std::vector<uint8_t>{0, 0, 1, 1, 1, 1}));
+  EXPECT_EQ(step.skipped_tokens, 0);
+}
+
+TEST(StepGroupsTest, ADegenerateGroupCountsItsTokensAsSkippedWithoutKl) {
+  rl::TenantStep step;
+  EXPECT_TRUE(AddGroupToStep(Group({1, 1, 1}), false, &step));
+  EXPECT_TRUE(step.completions.empty());
+  EXPECT_EQ(step.skipped_tokens, 1 + 2 + 3);  // the generated tokens of its three trajectories
+  // A second one adds to the count.
+  EXPECT_TRUE(AddGroupToStep(Group({0, 0}), false, &step));
+  EXPECT_EQ(step.skipped_tokens, 6 + 1 + 2);
+}
+
+TEST(StepGroupsTest, WithAKlTermADegenerateGroupIsTrainedWithAdvantageZero) {
+  rl::TenantStep step;
+  step.grpo.kl_beta = 0.1f;
+  EXPECT_TRUE(AddGroupToStep(Group({1, 1, 1}), true, &step));
+  ASSERT_EQ(step.completions.size(), 3u);
+  for (const rl::Completion& c : step.completions) EXPECT_EQ(c.advantage, 0.0f);
+  EXPECT_EQ(step.skipped_tokens, 0);
+}
+
+TEST(StepGroupsTest, AMalformedTrajectoryIsLeftOut) {
+  pb::TrajectoryGroup g = Group({1, 0});
+  g.mutable_trajectories(0)->add_tokens(99);  // one token more than log-probs and mask
+  rl::TenantStep step;
+  EXPECT_FALSE(AddGroupToStep(g, false, &step));
+  ASSERT_EQ(step.completions.size(), 1u);
+  EXPECT_EQ(step.completions[0].advantage, -0.5f);
+}
+
+}  // namespace
+}  // namespace marlaas::trainer
