@@ -16,6 +16,7 @@ double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
 
 TEST(AttentionTest, KernelOpMatchesLibTorchOpsWithGradients) {
   std::mt19937 rng(5);
+  torch::manual_seed(5);
   for (int trial = 0; trial < 8; ++trial) {
     const int64_t R = 1 + rng() % 4, KV = 1 + rng() % 2, H = KV * (1 + rng() % 3);
     const int64_t T = 1 + rng() % 9, D = 4 + rng() % 29, prefix = trial % 2 == 1 ? rng() % 6 : 0;
@@ -51,7 +52,9 @@ TEST(AttentionTest, KernelOpMatchesLibTorchOpsWithGradients) {
     EXPECT_LT(MaxAbsDiff(gq, q.grad()), 1e-4) << "trial " << trial;
     EXPECT_LT(MaxAbsDiff(gk, k.grad()), 1e-4) << "trial " << trial;
     EXPECT_LT(MaxAbsDiff(gv, v.grad()), 1e-4) << "trial " << trial;
-    if (S > 1) {  // with one key, the softmax is 1 whatever the scores: dk = 0
+    // Where every query sees one key, the softmax is 1 whatever the scores and dk = 0.
+    const bool several_keys = (~masked).sum(-1).max().item<int64_t>() >= 2;
+    if (several_keys) {
       EXPECT_GT(gk.abs().max().item<double>(), 1e-3) << "trial " << trial;
     }
   }
