@@ -190,6 +190,7 @@ torch::Tensor BucketLoss(const model::Transformer& model, std::vector<TenantStep
     TenantStepResult& res = (*results)[members[m]];
     res.loss = loss.value;
     res.clip_fraction = loss.clip_fraction;
+    res.mean_kl = loss.mean_kl;
     res.tokens = loss.tokens;
     res.padded_tokens = n * max_len + prefixes_of[m] * prefix_len;
     // Padded to its own longest suffix and prefix instead of the bucket's.

@@ -46,6 +46,7 @@ struct TenantStep {
 struct TenantStepResult {
   double loss = 0;
   double clip_fraction = 0;
+  double mean_kl = 0;  // mean KL_k3 to the base per trained token (0 without a KL term)
   double grad_norm = 0;
   int64_t tokens = 0;
   int64_t padded_tokens = 0;  // positions its rows took in the padded batch (rows x bucket length,

@@ -538,22 +538,22 @@ void Trainer::FinishStep(TrainTenant* t, const std::vector<pb::TrajectoryGroup>&
   t->metrics.reward_count += n;
   t->metrics.reward_sum += sum;
   t->metrics.reward_sq_sum += sq;
-  pipeline::AppendLine(
-      t->dir + "/steps.jsonl",
-      nlohmann::json{{"step", t->ck.steps},
-                     {"version", t->ck.version},
-                     {"reward_mean", t->ck.last_reward_mean},
-                     {"groups", ids},
-                     {"loss", result ? result->loss : 0.0},
-                     {"clip_fraction", result ? result->clip_fraction : 0.0},
-                     {"grad_norm", result ? result->grad_norm : 0.0},
-                     {"updated", result != nullptr},
-                     {"degenerate_groups", degenerate},
-                     {"staleness", trained_at - std::min(trained_at, behaviour_min)},
-                     {"trained_at", trained_at},
-                     {"behaviour_versions", {behaviour_min, behaviour_max}},
-                     {"time", WallSeconds()}}
-          .dump());
+  nlohmann::json line{{"step", t->ck.steps},
+                      {"version", t->ck.version},
+                      {"reward_mean", t->ck.last_reward_mean},
+                      {"groups", ids},
+                      {"loss", result ? result->loss : 0.0},
+                      {"clip_fraction", result ? result->clip_fraction : 0.0},
+                      {"grad_norm", result ? result->grad_norm : 0.0},
+                      {"updated", result != nullptr},
+                      {"degenerate_groups", degenerate},
+                      {"staleness", trained_at - std::min(trained_at, behaviour_min)},
+                      {"trained_at", trained_at},
+                      {"behaviour_versions", {behaviour_min, behaviour_max}},
+                      {"time", WallSeconds()}};
+  // With a KL term: its mean per trained token (how far the tenant's policy is from the base).
+  if (t->spec.grpo().kl_beta() > 0) line["mean_kl"] = result ? result->mean_kl : 0.0;
+  pipeline::AppendLine(t->dir + "/steps.jsonl", line.dump());
   if (t->ck.steps >= t->spec.max_steps()) {
     t->finished = true;
     while (!t->ready.empty()) {

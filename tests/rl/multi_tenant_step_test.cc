@@ -98,10 +98,14 @@ TEST(MultiTenantStepTest, BatchedStepEqualsSeparatePerTenantSteps) {
       EXPECT_EQ(res[k].padded_tokens, int64_t(batched[k].completions.size()) * shared) << k;
     }
     EXPECT_EQ(res[3].padded_tokens, int64_t(batched[3].completions.size()) * longest[3]);
-    for (auto& t : separate) {
+    for (size_t k = 0; k < separate.size(); ++k) {
+      Tenant& t = separate[k];
       std::vector<TenantStep> one = {StepOf(t)};
       auto r1 = MultiTenantStep(model, one);
       ASSERT_EQ(r1.size(), 1u);
+      // Each tenant's KL to the base (its adapter is random, so not 0), batched or not.
+      EXPECT_GT(r1[0].mean_kl, 1e-3) << k;
+      EXPECT_NEAR(res[k].mean_kl, r1[0].mean_kl, 1e-6 + 1e-3 * r1[0].mean_kl) << k;
       int64_t own = 0;
       for (const Completion& c : t.completions) own = std::max<int64_t>(own, c.tokens.size());
       EXPECT_EQ(r1[0].padded_tokens, int64_t(t.completions.size()) * own);
