@@ -7,12 +7,13 @@
 
 #include <random>
 
+#include "tests/torch_test_util.h"
+
 namespace marlaas::model {
 namespace {
 
-double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a - b).abs().max().item<double>();
-}
+using ::marlaas::testing::MaxAbsDiff;
+using ::marlaas::testing::TorchErrorOf;
 
 TEST(AttentionTest, KernelOpMatchesLibTorchOpsWithGradients) {
   std::mt19937 rng(5);
@@ -63,14 +64,7 @@ TEST(AttentionTest, KernelOpMatchesLibTorchOpsWithGradients) {
 TEST(AttentionTest, MalformedArgumentsAreRefusedByName) {
   auto q = torch::randn({2, 4, 3, 8}), k = torch::randn({2, 2, 5, 8}), v = k.clone();
   auto masked = torch::zeros({1, 1, 3, 5}, torch::kBool);
-  auto error = [](auto f) -> std::string {
-    try {
-      f();
-    } catch (const c10::Error& e) {
-      return e.what_without_backtrace();
-    }
-    return "";
-  };
+  auto error = [](auto f) { return TorchErrorOf(f); };
   EXPECT_EQ(error([&] { Attend(q, k, v, masked, 1.0); }), "");
   EXPECT_NE(error([&] {
               Attend(q, torch::randn({2, 3, 5, 8}), torch::randn({2, 3, 5, 8}), masked, 1.0);

@@ -15,9 +15,12 @@
 #include "model/lora_pool.h"
 #include "model/packed_weights.h"
 #include "model/transformer.h"
+#include "tests/torch_test_util.h"
 
 namespace marlaas::model {
 namespace {
+
+using ::marlaas::testing::MaxAbsDiff;
 
 ModelConfig SmallConfig(bool tied, bool bias) {
   ModelConfig c;
@@ -31,10 +34,6 @@ ModelConfig SmallConfig(bool tied, bool bias) {
   c.tie_word_embeddings = tied;
   c.qkv_bias = bias;
   return c;
-}
-
-double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a - b).abs().max().item<double>();
 }
 
 std::shared_ptr<const LoraAdapter> RandomAdapter(const BaseWeights& w, uint32_t rank, uint32_t mask,

@@ -1,9 +1,10 @@
 // AddLoraDelta with autograd on (the trainer's path: on the CPU the SGMV kernels' autograd op, and
-// the LibTorch ops a CUDA device runs) against a plain per-row reference, on random inputs: rows in segments of unequal lengths, adapters of two ranks (several segments of a rank
-// are computed as one padded batch, a lone one on its own), an adapter without the projection,
-// rows without an adapter, and one adapter in two segments; with the adapters' own views and
-// with each split once (LoraViews, as a training forward does). Outputs and the gradients of the
-// rows, the base output and every adapter's flat tensor must match.
+// the LibTorch ops a CUDA device runs) against a plain per-row reference, on random inputs: rows in
+// segments of unequal lengths, adapters of two ranks (several segments of a rank are computed as
+// one padded batch, a lone one on its own), an adapter without the projection, rows without an
+// adapter, and one adapter in two segments; with the adapters' own views and with each split once
+// (LoraViews, as a training forward does). Outputs and the gradients of the rows, the base output
+// and every adapter's flat tensor must match.
 #include "model/lora_apply.h"
 
 #include <gtest/gtest.h>
@@ -11,15 +12,14 @@
 #include <random>
 
 #include "model/transformer.h"
+#include "tests/torch_test_util.h"
 
 namespace marlaas::model {
 namespace {
 
-const std::string kData = MARLAAS_TEST_DATA_DIR;
+using ::marlaas::testing::MaxAbsDiff;
 
-double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a - b).abs().max().item<double>();
-}
+const std::string kData = MARLAAS_TEST_DATA_DIR;
 
 TEST(LoraApplyTest, BatchedSegmentsEqualAPerRowReferenceWithGradients) {
   auto w = BaseWeights::Load(kData + "/llama");

@@ -8,12 +8,13 @@
 
 #include <random>
 
+#include "tests/torch_test_util.h"
+
 namespace marlaas::model {
 namespace {
 
-double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a - b).abs().max().item<double>();
-}
+using ::marlaas::testing::MaxAbsDiff;
+using ::marlaas::testing::TorchErrorOf;
 
 TEST(LoraGradTest, ForwardAndGradientsMatchLibTorchOps) {
   std::mt19937 rng(3);
@@ -95,54 +96,43 @@ TEST(LoraGradTest, ALeafThatRequiresGradIsNotUpdatedInPlace) {
   EXPECT_GT(MaxAbsDiff(got.detach(), before), 1e-3);
 }
 
-// The message of the error SegmentedLoraDelta throws, or "" when it does not.
-template <typename F>
-std::string ErrorOf(F f) {
-  try {
-    f();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  }
-  return "";
-}
-
 TEST(LoraGradTest, MalformedArgumentsAreRefusedByName) {
   auto x = torch::randn({4, 6}), y = torch::randn({4, 5});
   auto a = torch::randn({2, 6}), bt = torch::randn({2, 5});
-  EXPECT_NE(ErrorOf([&] {
+  EXPECT_NE(TorchErrorOf([&] {
               SegmentedLoraDelta(x.to(torch::kFloat64), y, {a}, {bt}, {1}, {0, 4}, {0});
             }).find("x and y must be f32"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] {
+  EXPECT_NE(TorchErrorOf([&] {
               SegmentedLoraDelta(x, y.narrow(0, 0, 3), {a}, {bt}, {1}, {0, 4}, {0});
             }).find("same rows"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] {
+  EXPECT_NE(TorchErrorOf([&] {
               SegmentedLoraDelta(x, y, {a}, {bt}, {1}, {0, 3}, {0});
             }).find("end at the last row"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] {
+  EXPECT_NE(TorchErrorOf([&] {
               SegmentedLoraDelta(x, y, {a}, {bt}, {1}, {0, 3, 2, 4}, {0, -1, 0});
             }).find("segment 1 ends before it starts"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] {
+  EXPECT_NE(TorchErrorOf([&] {
               SegmentedLoraDelta(x, y, {a}, {bt}, {1}, {0, 4}, {1});
             }).find("segment 0: adapter 1 out of range"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] {
+  EXPECT_NE(TorchErrorOf([&] {
               SegmentedLoraDelta(x, y, {a}, {torch::randn({3, 5})}, {1}, {0, 4}, {0});
             }).find("adapter 0: A must be [rank, in]"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] {
+  EXPECT_NE(TorchErrorOf([&] {
               SegmentedLoraDelta(x, y, {a}, {bt}, {}, {0, 4}, {0});
             }).find("one entry per adapter"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] {
+  EXPECT_NE(TorchErrorOf([&] {
               SegmentedLoraDelta(x, y, {torch::randn({65, 6})}, {torch::randn({65, 5})}, {1},
                                  {0, 4}, {0});
             }).find("rank 65 out of range"),
             std::string::npos);
-  EXPECT_EQ(ErrorOf([&] { SegmentedLoraDelta(x, y, {a}, {bt}, {1}, {0, 4}, {0}); }), "");
+  EXPECT_EQ(TorchErrorOf([&] { SegmentedLoraDelta(x, y, {a}, {bt}, {1}, {0, 4}, {0}); }), "");
 }
 
 }  // namespace

@@ -9,9 +9,12 @@
 #include "base/file_util.h"
 #include "model/compute_threads.h"
 #include "model/tensor_io.h"
+#include "tests/torch_test_util.h"
 
 namespace marlaas::model {
 namespace {
+
+using ::marlaas::testing::MaxAbsDiff;
 
 const std::string kData = MARLAAS_TEST_DATA_DIR;
 
@@ -19,10 +22,6 @@ std::shared_ptr<const BaseWeights> LoadOrDie(const std::string& dir) {
   auto w = BaseWeights::Load(dir);
   EXPECT_TRUE(w.ok()) << w.status().ToString();
   return w.ok() ? *w : nullptr;
-}
-
-double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a - b).abs().max().item<double>();
 }
 
 TEST(TransformerTest, LlamaLogitsMatchTransformers) {
