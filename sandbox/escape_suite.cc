@@ -241,6 +241,43 @@ std::vector<EscapeCase> EscapeSuite() {
                [](const SandboxResult& r) {
                  return Expect(Exited(r) && r.stdout_data == "0\n", "identity changed", r);
                }});
+  // The program is uid 0 of its user namespace, yet holds no capability, now or after an
+  // execve, and cannot write the namespaces' sysctls.
+  s.push_back(
+      {"no_capabilities_and_read_only_sysctls",
+       Py("import subprocess\n"
+          "caps = [l.split()[1] for l in open('/proc/self/status') if l.startswith('Cap')]\n"
+          "child = subprocess.run(['/bin/grep', '^CapEff', '/proc/self/status'],\n"
+          "                       capture_output=True, text=True).stdout.split()[1]\n"
+          "try:\n    open('/proc/sys/kernel/hostname', 'w').write('x'); w = 'written'\n"
+          "except OSError as e: w = e.errno\n"
+          "print(*caps, child, w)"),
+       [](const SandboxResult& r) {
+         const std::string zero = "0000000000000000";
+         std::string want;
+         for (int i = 0; i < 6; ++i) want += zero + " ";
+         return Expect(Exited(r) && r.stdout_data == want + "30\n",
+                       "a capability or a writable sysctl was left", r);
+       }});
+  // Another process's priority, affinity and rlimits (which it would pass on to the processes it
+  // forks) are out of reach; the program's own are not.
+  s.push_back(
+      {"another_process_priority_affinity_and_limits",
+       Py("import os, resource, subprocess\np = subprocess.Popen(['/usr/bin/sleep', '30'])\n"
+          "calls = [lambda: os.setpriority(os.PRIO_PROCESS, p.pid, 19),\n"
+          "         lambda: os.setpriority(os.PRIO_USER, 0, 19),\n"
+          "         lambda: os.sched_setaffinity(p.pid, {0}),\n"
+          "         lambda: resource.prlimit(p.pid, resource.RLIMIT_NOFILE, (8, 8))]\n"
+          "out = []\nfor c in calls:\n    try: c(); out.append('done')\n"
+          "    except OSError as e: out.append(str(e.errno))\n"
+          "os.setpriority(os.PRIO_PROCESS, 0, 5)\n"
+          "resource.setrlimit(resource.RLIMIT_NOFILE, (32, 32))\n"
+          "os.sched_setaffinity(0, os.sched_getaffinity(0))\n"
+          "p.kill(); p.wait(); print(*out, os.getpriority(os.PRIO_PROCESS, 0))"),
+       [](const SandboxResult& r) {
+         return Expect(Exited(r) && r.stdout_data == "1 1 1 1 5\n",
+                       "another process's priority, affinity or limits were changed", r);
+       }});
   s.push_back({"kill_everything_it_can_see",
                Py("import os, signal, subprocess\np = subprocess.Popen(['/usr/bin/sleep', '30'])\n"
                   "print(os.getpid())\nos.kill(-1, signal.SIGKILL)\nprint('child', p.wait())"),

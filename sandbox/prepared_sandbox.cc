@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/securebits.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -172,6 +173,12 @@ bool DecodeRequest(int fd, SandboxRequest* req) {
               nullptr) != 0) {
     Fail(status_fd, "mount proc");
   }
+  // The namespaces' own sysctls are owned by their root, which the program is: read-only.
+  const std::string sys = root + "/proc/sys";
+  if (::mount(sys.c_str(), sys.c_str(), nullptr, MS_BIND, nullptr) != 0 ||
+      ::mount(nullptr, sys.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) != 0) {
+    Fail(status_fd, "make /proc/sys read-only");
+  }
   for (const char* dev : {"null", "zero", "urandom"}) {
     const std::string inside = root + "/dev/" + dev, host = std::string("/dev/") + dev;
     int fd = ::open(inside.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0666);
@@ -241,6 +248,21 @@ bool DecodeRequest(int fd, SandboxRequest* req) {
   }
   if (::dup2(in_fd, 0) < 0 || ::dup2(out_fd, 1) < 0 || ::dup2(err_fd, 2) < 0)
     Fail(status_fd, "dup2");
+  // No capabilities, not even inside the namespaces (as their uid 0 the program would get all of
+  // them at execve): everything in the sandbox is one ordinary user, who cannot raise a limit,
+  // mount, or read or write a non-dumpable process (python_tests_verifier.h relies on it).
+  if (::prctl(PR_SET_SECUREBITS,
+              SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+                  SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
+                  SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED,
+              0, 0, 0) != 0) {
+    Fail(status_fd, "securebits");
+  }
+  for (int cap = 0; cap < 64; ++cap) {
+    if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) {
+      Fail(status_fd, "drop the capability bounding set");
+    }
+  }
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) Fail(status_fd, "no_new_privs");
   if (!seccomp.error.empty()) {
     errno = EPERM;

@@ -6,10 +6,12 @@
 #include <seccomp.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <utility>
 
 namespace marlaas::sandbox {
 
@@ -65,6 +67,17 @@ const std::vector<std::string>& DeniedSyscallNames() {
       "fsmount",
       "fsconfig",
       "fspick",
+      // Kernel-persistent IPC objects outlive the process that made them: in a sandbox that runs
+      // several candidates one after another (python_tests_verifier.h) one could leave memory
+      // charged to the run, or messages, for the next.
+      "shmget",
+      "semget",
+      "msgget",
+      "mq_open",
+      // Another process's file descriptors or memory policy.
+      "pidfd_getfd",
+      "migrate_pages",
+      "move_pages",
   };
   return kDenied;
 }
@@ -83,6 +96,30 @@ std::string AddDenyRules(scmp_filter_ctx ctx) {
   if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1,
                        SCMP_A0(SCMP_CMP_NE, AF_UNIX)) != 0) {
     err = "rule socket";
+  }
+  // Scheduling, priority and limits of the calling process only (argument 0 means "the caller"):
+  // with the same uid, a program could otherwise renice, pin or lower the limits of the process
+  // that runs the next candidate, and the rlimits and nice value it passes on.
+  for (const char* name : {"prlimit64", "sched_setaffinity", "sched_setparam", "sched_setscheduler",
+                           "sched_setattr"}) {
+    const int nr = seccomp_syscall_resolve_name(name);
+    if (nr != __NR_SCMP_ERROR &&
+        seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 1, SCMP_A0(SCMP_CMP_NE, 0)) != 0) {
+      err = std::string("rule ") + name;
+    }
+  }
+  // setpriority(which, who) and ioprio_set(which, who): only which == "a process" (PRIO_PROCESS,
+  // 0; IOPRIO_WHO_PROCESS, 1) with who == 0. Rules on one syscall are OR-ed.
+  constexpr uint64_t kIoprioWhoProcess = 1;
+  for (const auto& [name, process] :
+       {std::pair<const char*, uint64_t>{"setpriority", PRIO_PROCESS},
+        std::pair<const char*, uint64_t>{"ioprio_set", kIoprioWhoProcess}}) {
+    const int nr = seccomp_syscall_resolve_name(name);
+    if (nr == __NR_SCMP_ERROR) continue;
+    if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 1, SCMP_A0(SCMP_CMP_NE, process)) != 0 ||
+        seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 1, SCMP_A1(SCMP_CMP_NE, 0)) != 0) {
+      err = std::string("rule ") + name;
+    }
   }
   // New namespaces through clone flags (one rule per flag; rules on one syscall are OR-ed).
   // clone3 keeps its flags in memory a filter cannot read, so it fails with ENOSYS and libc

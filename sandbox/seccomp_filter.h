@@ -1,7 +1,9 @@
 // The seccomp-bpf deny-list every sandboxed program runs under (libseccomp): the syscalls that
 // reach other processes, the kernel's attack surface or namespace and mount changes fail with
-// EPERM; sockets other than AF_UNIX too. Everything else is allowed (interpreters need a wide
-// set). Installed in the child after no_new_privs, just before execve.
+// EPERM; sockets other than AF_UNIX too; so do kernel-persistent IPC objects (SysV, POSIX message
+// queues) and setting another process's priority, scheduling, affinity or rlimits (only the
+// caller's, argument 0). Everything else is allowed (interpreters need a wide set). Installed in
+// the child after no_new_privs, just before execve.
 //
 // The filter is compiled to BPF once per process (DenyListProgram) and installed with one prctl
 // that allocates nothing: the child installs it after its rlimits, and a small RLIMIT_AS below
