@@ -8,6 +8,11 @@
 // join, mounts, pivot_root — everything before execve), with and without the per-run cgroup, and
 // what preparing ahead changes in latency and throughput, measured side by side.
 //
+// Last, candidates verified together (sandbox/python_tests_verifier.h: one sandbox and one
+// interpreter start per call, one forked process per candidate): CPU time per candidate (the
+// calling thread's and the sandbox runs' process trees) and wall time per candidate, for groups
+// of 1, 4, 8 and 16 candidates, half of them right and half wrong.
+//
 //   bench_sandbox [--json FILE] [--quick]
 #include <spawn.h>
 #include <sys/wait.h>
@@ -17,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "base/cpu_time.h"
 #include "bench/report.h"
 #include "sandbox/python_tests_verifier.h"
 #include "sandbox/sandbox.h"
@@ -139,6 +145,44 @@ bool Measure(const std::string& isolation, const std::string& workload, int runs
   return ok;
 }
 
+struct GroupRow {
+  int group;
+  double cpu_ms, wall_ms;  // per candidate
+};
+
+// `calls` calls of VerifyPythonFunctions with `group` candidates each (after one warm-up call);
+// false when a verdict is not the expected one.
+bool MeasureGroup(int group, int calls, GroupRow* row) {
+  const PythonTestsSpec spec = Spec();
+  std::vector<sandbox::PythonCandidate> candidates;
+  for (int i = 0; i < group; ++i) {
+    candidates.push_back(
+        {i % 2 ? "def f(x):\n    return x + x\n" : kCandidate, spec.function_name, spec.tests});
+  }
+  double cpu_ms = 0, wall_s = 0;
+  for (int call = 0; call <= calls; ++call) {
+    const double t0 = NowSeconds();
+    const int64_t thread0 = ThreadCpuNanos();
+    const std::vector<sandbox::Verdict> v = sandbox::VerifyPythonFunctions(candidates, spec.limits);
+    double cpu = double(ThreadCpuNanos() - thread0) * 1e-6;
+    for (int i = 0; i < group; ++i) {
+      if (v[size_t(i)].outcome != (i % 2 ? pb::OUTCOME_WRONG_ANSWER : pb::OUTCOME_OK)) {
+        std::fprintf(stderr, "bench_sandbox: group of %d, candidate %d: %s\n", group, i,
+                     v[size_t(i)].detail.c_str());
+        return false;
+      }
+      cpu += v[size_t(i)].cpu_ms;
+    }
+    if (call == 0) continue;  // warm-up
+    cpu_ms += cpu;
+    wall_s += NowSeconds() - t0;
+  }
+  row->group = group;
+  row->cpu_ms = cpu_ms / double(calls * group);
+  row->wall_ms = wall_s * 1e3 / double(calls * group);
+  return true;
+}
+
 int Run(int argc, char** argv) {
   BenchArgs args;
   if (!ParseBenchArgs(argc, argv, "bench_sandbox [--json FILE] [--quick]", &args)) return 2;
@@ -194,6 +238,19 @@ int Run(int argc, char** argv) {
       "python-tests, prepared / fresh: p50 %.2fx, p99 %.2fx, runs/s with 2 busy workers "
       "%.2fx\n",
       ptp.p50_ms / pt.p50_ms, ptp.p99_ms / pt.p99_ms, ptp.runs_per_s / pt.runs_per_s);
+  std::vector<GroupRow> groups;
+  for (int g : {1, 4, 8, 16}) {
+    GroupRow row{};
+    if (!MeasureGroup(g, std::max(2, (args.quick ? 40 : 400) / g), &row)) return 1;
+    groups.push_back(row);
+  }
+  std::printf("\npython-tests candidates verified together (full isolation, one worker)\n");
+  std::printf("%6s %16s %17s %14s\n", "group", "CPU ms/candidate", "wall ms/candidate",
+              "CPU vs alone");
+  for (const GroupRow& g : groups) {
+    std::printf("%6d %16.2f %17.2f %13.2fx\n", g.group, g.cpu_ms, g.wall_ms,
+                g.cpu_ms / groups[0].cpu_ms);
+  }
   std::vector<Target> targets = {
       {"python p50: full isolation minus plain fork/exec (ms)",
        find("full", "python").p50_ms - find("none", "python").p50_ms, 5.0, false},
@@ -201,6 +258,8 @@ int Run(int argc, char** argv) {
        find("full", "python_tests").runs_per_s, 60.0, true},
       {"python-tests p99 latency, full isolation (ms)", find("full", "python_tests").p99_ms, 50.0,
        false},
+      {"python-tests CPU per candidate, a group of 4 / alone", groups[1].cpu_ms / groups[0].cpu_ms,
+       0.5, false},
   };
   std::vector<std::string> objects;
   for (const Row& r : rows) {
@@ -213,6 +272,12 @@ int Run(int argc, char** argv) {
         ",\"p50_ms\":" + JsonNumber(r.p50_ms) + ",\"p99_ms\":" + JsonNumber(r.p99_ms) +
         ",\"prepared\":" + (prepared ? "true" : "false") +
         ",\"setup_p50_ms\":" + JsonNumber(r.setup_p50_ms) + "}");
+  }
+  for (const GroupRow& g : groups) {
+    objects.push_back("{\"isolation\":\"full\",\"workload\":\"python_tests_group\",\"group\":" +
+                      std::to_string(g.group) +
+                      ",\"cpu_ms_per_candidate\":" + JsonNumber(g.cpu_ms) +
+                      ",\"wall_ms_per_candidate\":" + JsonNumber(g.wall_ms) + "}");
   }
   return FinishBench(args, objects, targets);
 }

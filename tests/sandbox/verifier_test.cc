@@ -88,6 +88,90 @@ TEST(PythonTestsVerifierTest, ResourceOutcomesAreDistinguished) {
             pb::OUTCOME_MEMORY_LIMIT);
 }
 
+// Many candidates share one sandbox run, each in a process of its own: every verdict must be the
+// one the candidate gets alone, whatever the candidates before it did to the sandbox, to the
+// harness, or to themselves.
+TEST(PythonTestsVerifierTest, CandidatesSharingARunAreJudgedAsIfAlone) {
+  const std::string square = "def f(x):\n    return x * x\n";
+  // Passes only in a sandbox as fresh as its own run: nothing in /work, no process but itself
+  // and PID 1, default priority, and the run's CPU limit.
+  const std::string alone =
+      "import os, resource\n"
+      "fresh = (os.listdir('/work') == [] and os.getpriority(os.PRIO_PROCESS, 0) == 0 and\n"
+      "         resource.getrlimit(resource.RLIMIT_CPU) == (2, 2) and\n"
+      "         sorted(p for p in os.listdir('/proc') if p.isdigit()) in (['1', str(os.getpid())],"
+      " ['1']))\n"
+      "def f(x):\n    return x * x if fresh else -1\n";
+  const struct {
+    std::string source;
+    pb::VerifierOutcome want;
+  } cases[] = {
+      {square, pb::OUTCOME_OK},
+      {"def f(x):\n    return x + x\n", pb::OUTCOME_WRONG_ANSWER},
+      {"def f(x):\n    raise ValueError()\n", pb::OUTCOME_RUNTIME_ERROR},
+      {"def f(x) return x\n", pb::OUTCOME_RUNTIME_ERROR},
+      // Leaves files and a process that keeps writing into /work.
+      {"import os, time\nos.mkdir('d'); open('d/x', 'w').write('left'); os.chmod('d', 0)\n"
+       "if os.fork() == 0:\n"
+       "    while True:\n        open('/work/later', 'w').write('x'); time.sleep(0.001)\n" +
+           square,
+       pb::OUTCOME_OK},
+      {alone, pb::OUTCOME_OK},
+      // Goes after the harness (PID 1) and what it passes on to the next candidate; passes only
+      // if every attempt on the harness's priority, affinity, limits, memory and files was refused.
+      {"import os, signal, resource\nrefused = 0\n"
+       "for call in [lambda: os.setpriority(os.PRIO_PROCESS, 1, 19),\n"
+       "             lambda: os.setpriority(os.PRIO_USER, 0, 19),\n"
+       "             lambda: os.sched_setaffinity(1, {0}),\n"
+       "             lambda: resource.prlimit(1, resource.RLIMIT_CPU, (0, 0)),\n"
+       "             lambda: open('/proc/1/mem', 'r+b'), lambda: open('/proc/1/fd/1', 'w')]:\n"
+       "    try: call()\n    except OSError: refused += 1\n"
+       "os.kill(1, signal.SIGINT); os.kill(1, signal.SIGTERM); os.chmod('/work', 0)\n"
+       "def f(x):\n    return x * x if refused == 6 else -1\n",
+       pb::OUTCOME_OK},
+      {alone, pb::OUTCOME_OK},
+      {"while True: pass\n" + square, pb::OUTCOME_TIMEOUT},
+      {"def f(x):\n    return 'x' * 1000000\n", pb::OUTCOME_OUTPUT_LIMIT},
+      {"import os\ndef f(x):\n    os.kill(os.getpid(), 9)\n", pb::OUTCOME_TIMEOUT},  // as CPU
+      {"def f(x):\n    return bytearray(1 << 40)\n", pb::OUTCOME_MEMORY_LIMIT},
+      {"import ctypes\ndef f(x):\n    return ctypes.string_at(0)\n", pb::OUTCOME_RUNTIME_ERROR},
+      {"import os\ndef f(x):\n    os._exit(0)\n", pb::OUTCOME_RUNTIME_ERROR},
+      {alone, pb::OUTCOME_OK},
+  };
+  PythonTestsSpec spec = SquareSpec();
+  spec.limits.wall_timeout_ms = 700;
+  std::vector<PythonCandidate> group;
+  for (const auto& c : cases) group.push_back({c.source, spec.function_name, spec.tests});
+  const std::vector<Verdict> together = VerifyPythonFunctions(group, spec.limits);
+  ASSERT_EQ(together.size(), group.size());
+  for (size_t i = 0; i < group.size(); ++i) {
+    const Verdict alone_verdict = VerifyPythonFunction(cases[i].source, spec);
+    EXPECT_EQ(alone_verdict.outcome, cases[i].want) << i << ": " << alone_verdict.detail;
+    EXPECT_EQ(together[i].outcome, cases[i].want) << i << ": " << together[i].detail;
+    EXPECT_EQ(together[i].detail, alone_verdict.detail) << i;
+    EXPECT_EQ(together[i].attempts, 1) << i;
+    EXPECT_GT(together[i].cpu_ms, 0.0) << i;
+  }
+}
+
+// Each candidate brings its own function and tests; none of a candidate's expected values is
+// needed to judge another.
+TEST(PythonTestsVerifierTest, EachCandidateHasItsOwnFunctionAndTests) {
+  std::vector<PythonCandidate> group = {
+      {"def f(x):\n    return x * x\n", "f", {{"[3]", "9"}}},
+      {"def g(s):\n    return s.upper()\n", "g", {{"[\"ab\"]", "\"AB\""}, {"[\"\"]", "\"\""}}},
+      {"def g(s):\n    return s\n", "g", {{"[\"ab\"]", "\"AB\""}}},
+      {"def h():\n    return 1\n", "h", {{"[1", "1"}}},  // a broken hidden test
+  };
+  const std::vector<Verdict> v = VerifyPythonFunctions(group, SandboxLimits{});
+  ASSERT_EQ(v.size(), 4u);
+  EXPECT_EQ(v[0].outcome, pb::OUTCOME_OK) << v[0].detail;
+  EXPECT_EQ(v[1].outcome, pb::OUTCOME_OK) << v[1].detail;
+  EXPECT_EQ(v[2].outcome, pb::OUTCOME_WRONG_ANSWER) << v[2].detail;
+  EXPECT_EQ(v[3].outcome, pb::OUTCOME_INFRA_ERROR);
+  EXPECT_TRUE(VerifyPythonFunctions({}, SandboxLimits{}).empty());
+}
+
 TEST(PythonTestsVerifierTest, BrokenHiddenTestsAreAnInfrastructureErrorNotAReward) {
   PythonTestsSpec s = SquareSpec();
   s.tests.push_back({"[1", "1"});
