@@ -34,6 +34,10 @@ class PythonFunctionsTask : public Task {
   std::string name() const override { return "python_functions"; }
   TaskExample Example(uint64_t seed, uint64_t index, int difficulty) const override;
   sandbox::Verdict Verify(const TaskExample& e, const std::string& completion) const override;
+  // One sandbox run for all the completions that are one-line defs.
+  std::vector<sandbox::Verdict> VerifyAll(
+      const std::vector<const TaskExample*>& examples,
+      const std::vector<std::string>& completions) const override;
   std::string CorpusDocument(const TaskExample& e, bool correct, uint64_t salt) const override;
 };
 

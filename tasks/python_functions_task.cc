@@ -79,21 +79,39 @@ TaskExample PythonFunctionsTask::Example(uint64_t seed, uint64_t index, int diff
 
 sandbox::Verdict PythonFunctionsTask::Verify(const TaskExample& e,
                                              const std::string& completion) const {
-  // The candidate is the completion's first line (a one-line function).
-  std::string code = completion.substr(0, completion.find('\n'));
-  while (!code.empty() && code.front() == ' ') code.erase(0, 1);
-  if (code.rfind("def ", 0) != 0) {
-    sandbox::Verdict v;
-    v.outcome = pb::OUTCOME_FORMAT_ERROR;
-    v.detail = "the answer is not a one-line def";
-    return v;
+  return VerifyAll({&e}, {completion})[0];
+}
+
+std::vector<sandbox::Verdict> PythonFunctionsTask::VerifyAll(
+    const std::vector<const TaskExample*>& examples,
+    const std::vector<std::string>& completions) const {
+  CheckVerifyAllSizes(examples, completions);
+  std::vector<sandbox::Verdict> out(completions.size());
+  std::vector<sandbox::PythonCandidate> candidates;
+  std::vector<size_t> where;  // candidates[k] is completion where[k]
+  for (size_t i = 0; i < completions.size(); ++i) {
+    // The candidate is the completion's first line (a one-line function).
+    std::string code = completions[i].substr(0, completions[i].find('\n'));
+    while (!code.empty() && code.front() == ' ') code.erase(0, 1);
+    if (code.rfind("def ", 0) != 0) {
+      out[i].outcome = pb::OUTCOME_FORMAT_ERROR;
+      out[i].detail = "the answer is not a one-line def";
+      continue;
+    }
+    const json ref = json::parse(examples[i]->reference);
+    sandbox::PythonCandidate c;
+    c.source = code + "\n";
+    c.function_name = ref["function"];
+    for (const auto& t : ref["tests"]) c.tests.push_back({t[0].dump(), t[1].dump()});
+    candidates.push_back(std::move(c));
+    where.push_back(i);
   }
-  json ref = json::parse(e.reference);
-  sandbox::PythonTestsSpec spec;
-  spec.function_name = ref["function"];
-  for (const auto& t : ref["tests"]) spec.tests.push_back({t[0].dump(), t[1].dump()});
-  spec.limits.wall_timeout_ms = 2000;
-  return sandbox::VerifyPythonFunction(code + "\n", spec);
+  if (candidates.empty()) return out;
+  sandbox::SandboxLimits limits;
+  limits.wall_timeout_ms = 2000;
+  std::vector<sandbox::Verdict> judged = sandbox::VerifyPythonFunctions(candidates, limits);
+  for (size_t k = 0; k < where.size(); ++k) out[where[k]] = std::move(judged[k]);
+  return out;
 }
 
 std::string PythonFunctionsTask::CorpusDocument(const TaskExample& e, bool correct,

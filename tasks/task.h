@@ -28,11 +28,23 @@ class Task {
   // Scores a completion (the text the model generated after the prompt).
   virtual sandbox::Verdict Verify(const TaskExample& example,
                                   const std::string& completion) const = 0;
+  // Scores completions[i] against *examples[i], all at once (a GRPO group, a held-out set): the
+  // verdicts Verify gives one by one. Tasks that run code override it to share one sandbox run
+  // (python_functions: sandbox/python_tests_verifier.h). Throws std::invalid_argument when the
+  // sizes differ.
+  virtual std::vector<sandbox::Verdict> VerifyAll(
+      const std::vector<const TaskExample*>& examples,
+      const std::vector<std::string>& completions) const;
   // A pretraining document for the example: the prompt and a right completion, or, with
   // correct == false, a plausible wrong one (varied by `salt`).
   virtual std::string CorpusDocument(const TaskExample& example, bool correct,
                                      uint64_t salt) const = 0;
 };
+
+// VerifyAll's precondition, for its implementations: throws std::invalid_argument when the sizes
+// differ.
+void CheckVerifyAllSizes(const std::vector<const TaskExample*>& examples,
+                         const std::vector<std::string>& completions);
 
 // "arithmetic" | "countdown" | "python_functions" | "calculator_tool"; kNotFound otherwise.
 Result<std::unique_ptr<Task>> MakeTask(const std::string& name);

@@ -1,6 +1,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <stdexcept>
 
 #include "tasks/builtin_tasks.h"
 #include "tasks/task.h"
@@ -21,6 +22,23 @@ Result<std::unique_ptr<Task>> MakeTask(const std::string& name) {
   if (name == "python_functions") return std::unique_ptr<Task>(new PythonFunctionsTask());
   if (name == "calculator_tool") return std::unique_ptr<Task>(new CalculatorToolTask());
   return Status(StatusCode::kNotFound, "no built-in task '" + name + "'");
+}
+
+std::vector<sandbox::Verdict> Task::VerifyAll(const std::vector<const TaskExample*>& examples,
+                                              const std::vector<std::string>& completions) const {
+  CheckVerifyAllSizes(examples, completions);
+  std::vector<sandbox::Verdict> out;
+  out.reserve(examples.size());
+  for (size_t i = 0; i < examples.size(); ++i) out.push_back(Verify(*examples[i], completions[i]));
+  return out;
+}
+
+void CheckVerifyAllSizes(const std::vector<const TaskExample*>& examples,
+                         const std::vector<std::string>& completions) {
+  if (examples.size() != completions.size()) {
+    throw std::invalid_argument("VerifyAll: " + std::to_string(examples.size()) + " examples for " +
+                                std::to_string(completions.size()) + " completions");
+  }
 }
 
 std::string ToJsonl(const TaskExample& e) {

@@ -87,9 +87,10 @@ int RunPretrain(const std::vector<std::string>& argv) {
                    completions.status().ToString().c_str());
       return 1;
     }
+    std::vector<const tasks::TaskExample*> ptrs;
+    for (const tasks::TaskExample& e : examples) ptrs.push_back(&e);
     double reward = 0;
-    for (size_t i = 0; i < examples.size(); ++i)
-      reward += task->Verify(examples[i], (*completions)[i]).reward;
+    for (const sandbox::Verdict& v : task->VerifyAll(ptrs, *completions)) reward += v.reward;
     std::printf("  %-18s %.2f\n", name.c_str(), reward / double(examples.size()));
   }
   return 0;

@@ -84,15 +84,21 @@ Result<EvalResult> EvaluateHeldOut(const std::string& model_dir, const pb::JobSp
           continue;
         }
       }
-      const sandbox::Verdict v = source->Verify(it.example, text);
       out.prompts[r.id] = it.example.prompt;
       out.completions[r.id] = text;
-      out.rewards[r.id] = v.scored() ? v.reward : 0;
-      if (v.scored()) {
-        sum += v.reward;
-      } else {
-        ++out.verifier_errors;
-      }
+    }
+  }
+  // Verified together: a task that runs code runs the whole set in one sandbox.
+  std::vector<const tasks::TaskExample*> examples;
+  for (const Item& it : items) examples.push_back(&it.example);
+  const std::vector<sandbox::Verdict> verdicts = source->VerifyAll(examples, out.completions);
+  for (size_t i = 0; i < verdicts.size(); ++i) {
+    const sandbox::Verdict& v = verdicts[i];
+    out.rewards[i] = v.scored() ? v.reward : 0;
+    if (v.scored()) {
+      sum += v.reward;
+    } else {
+      ++out.verifier_errors;
     }
   }
   out.mean_reward = out.examples ? sum / out.examples : 0;

@@ -55,6 +55,21 @@ bool TaskSource::runs_untrusted_code() const {
   return !task_ || spec_.task() == "python_functions";
 }
 
+std::vector<sandbox::Verdict> TaskSource::VerifyAll(
+    const std::vector<const tasks::TaskExample*>& examples,
+    const std::vector<std::string>& completions) const {
+  if (task_) return task_->VerifyAll(examples, completions);
+  tasks::CheckVerifyAllSizes(examples, completions);
+  // A tenant's command, one run per completion; after an infrastructure failure (already
+  // retried) the rest would fail the same way and stay unscored.
+  std::vector<sandbox::Verdict> out(examples.size());
+  for (size_t i = 0; i < examples.size(); ++i) {
+    out[i] = Verify(*examples[i], completions[i]);
+    if (!out[i].scored()) break;
+  }
+  return out;
+}
+
 sandbox::Verdict TaskSource::Verify(const tasks::TaskExample& example,
                                     const std::string& completion) const {
   if (task_) return task_->Verify(example, completion);

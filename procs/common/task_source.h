@@ -29,6 +29,11 @@ class TaskSource {
   // Whether verifying runs untrusted code (in the sandbox).
   bool runs_untrusted_code() const;
   sandbox::Verdict Verify(const tasks::TaskExample& example, const std::string& completion) const;
+  // completions[i] against *examples[i], at once where the task can (tasks::Task::VerifyAll). A
+  // custom verifier runs once per completion and stops at an infrastructure failure: the rest
+  // stay OUTCOME_UNSCORED.
+  std::vector<sandbox::Verdict> VerifyAll(const std::vector<const tasks::TaskExample*>& examples,
+                                          const std::vector<std::string>& completions) const;
 
  private:
   pb::JobSpec spec_;

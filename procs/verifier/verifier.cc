@@ -135,9 +135,15 @@ void RunJobUnguarded(Job* job) {
     return;
   }
   const tasks::TaskExample example = job->source->Train(g.prompt_id());
-  for (pb::Trajectory& tr : *g.mutable_trajectories()) {
-    const sandbox::Verdict v = job->source->Verify(example, tr.completion_text());
-    job->cpu_ns += int64_t(v.cpu_ms * 1e6);
+  std::vector<std::string> completions;
+  for (const pb::Trajectory& tr : g.trajectories()) completions.push_back(tr.completion_text());
+  // The whole group at once: a task that runs code runs it in one sandbox.
+  const std::vector<sandbox::Verdict> verdicts = job->source->VerifyAll(
+      std::vector<const tasks::TaskExample*>(completions.size(), &example), completions);
+  for (const sandbox::Verdict& v : verdicts) job->cpu_ns += int64_t(v.cpu_ms * 1e6);
+  for (int i = 0; i < g.trajectories_size(); ++i) {
+    pb::Trajectory& tr = *g.mutable_trajectories(i);
+    const sandbox::Verdict& v = verdicts[size_t(i)];
     tr.set_outcome(v.outcome);
     tr.set_verifier_detail(v.detail.substr(0, 200));
     tr.set_reward(v.scored() ? float(v.reward) : 0.0f);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <stdexcept>
 
 namespace marlaas::pipeline {
 namespace {
@@ -54,6 +55,28 @@ TEST(TaskSourceTest, TheJobsOwnFilesAreInTheWorkDir) {
   v = (*source)->Verify(e, " 3");
   ASSERT_TRUE(v.scored()) << v.detail;
   EXPECT_DOUBLE_EQ(v.reward, 0.0);
+}
+
+// A tenant's command verifies each completion in a run of its own; after an infrastructure
+// failure (a completion its program crashes on) the rest of the batch stays unscored.
+TEST(TaskSourceTest, VerifyAllRunsTheCommandPerCompletionAndStopsAtAFailure) {
+  pb::JobSpec j = CustomJob("all");
+  for (const char* a : {"/bin/sh", "check.sh"}) j.mutable_verifier()->add_command(a);
+  (*j.mutable_verifier()->mutable_files())["check.sh"] =
+      "read -r line; case \"$line\" in *crash*) exit 3;; *'\" 2\"'*) echo '{\"reward\": 1}';;"
+      " *) echo '{\"reward\": 0}';; esac\n";
+  auto source = TaskSource::ForJob(j);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  const tasks::TaskExample e = (*source)->Train(0);
+  const std::vector<const tasks::TaskExample*> four(4, &e);
+  std::vector<sandbox::Verdict> v = (*source)->VerifyAll(four, {" 2", " 3", " crash", " 2"});
+  ASSERT_EQ(v.size(), 4u);
+  EXPECT_DOUBLE_EQ(v[0].reward, 1.0) << v[0].detail;
+  EXPECT_TRUE(v[1].scored());
+  EXPECT_DOUBLE_EQ(v[1].reward, 0.0);
+  EXPECT_EQ(v[2].outcome, pb::OUTCOME_INFRA_ERROR) << v[2].detail;
+  EXPECT_EQ(v[3].outcome, pb::OUTCOME_UNSCORED);  // not run
+  EXPECT_THROW((*source)->VerifyAll(four, {" 2"}), std::invalid_argument);
 }
 
 }  // namespace

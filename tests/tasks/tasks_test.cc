@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <stdexcept>
 
 #include "tasks/task.h"
 
@@ -54,6 +55,35 @@ TEST_P(TaskTest, RightCompletionsScoreOneAndWrongOnesZero) {
   const TaskExample e = task->Example(3, 0, 1);
   EXPECT_EQ(task->Verify(e, "").outcome, pb::OUTCOME_FORMAT_ERROR);
   EXPECT_EQ(task->Verify(e, "").reward, 0.0);
+}
+
+// Verifying many completions at once (a python_functions task shares one sandbox run) gives the
+// verdicts Verify gives one by one: right and wrong answers to different examples, an empty one.
+TEST_P(TaskTest, VerifyingAllAtOnceEqualsOneByOne) {
+  auto task = *MakeTask(GetParam());
+  std::vector<TaskExample> examples;
+  std::vector<std::string> completions;
+  for (uint64_t i = 0; i < 6; ++i) {
+    examples.push_back(task->Example(5, i, 1));
+    const std::string doc = task->CorpusDocument(examples.back(), i % 2 == 0, i);
+    completions.push_back(i == 3 ? "" : CompletionOf(examples.back(), doc));
+  }
+  std::vector<const TaskExample*> ptrs;
+  for (const TaskExample& e : examples) ptrs.push_back(&e);
+  const std::vector<sandbox::Verdict> all = task->VerifyAll(ptrs, completions);
+  ASSERT_EQ(all.size(), examples.size());
+  int right = 0;
+  for (size_t i = 0; i < examples.size(); ++i) {
+    const sandbox::Verdict one = task->Verify(examples[i], completions[i]);
+    EXPECT_EQ(all[i].outcome, one.outcome) << i << ": " << all[i].detail << " / " << one.detail;
+    EXPECT_EQ(all[i].reward, one.reward) << i;
+    EXPECT_EQ(all[i].detail, one.detail) << i;
+    right += all[i].reward == 1.0;
+  }
+  EXPECT_EQ(all[3].outcome, pb::OUTCOME_FORMAT_ERROR);
+  EXPECT_EQ(right, 3);  // the right documents: 0, 2 and 4
+  EXPECT_TRUE(task->VerifyAll({}, {}).empty());
+  EXPECT_THROW(task->VerifyAll(ptrs, {"x"}), std::invalid_argument);
 }
 
 TEST_P(TaskTest, ExamplesRoundTripThroughJsonl) {
