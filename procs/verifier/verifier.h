@@ -5,8 +5,9 @@
 // its output is committed, so a killed verifier's successor redoes exactly the unfinished work
 // (duplicates are dropped by id downstream). Outputs are committed as they finish (each tenant's
 // in ring order), so one slow or hanging tenant verifier delays only its own tenant: each tenant
-// may occupy at most workers-1 workers (when there are two or more), and after a verifier
-// infrastructure failure the rest of that group is not run.
+// may occupy at most workers-1 workers (when there are two or more). A group is verified with one
+// call (tasks::Task::VerifyAll: python_functions scores it in one sandbox run); a custom command
+// runs per completion, and after an infrastructure failure the rest of that group is not run.
 // A group with a verifier failure is forwarded with `failure` set (never scored as wrong).
 // Untrusted code (python_functions, custom verifiers, the python tool) is refused with a clear
 // error when the host lacks a required isolation layer, unless --allow-weak-sandbox was given.
