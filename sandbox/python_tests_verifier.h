@@ -9,8 +9,9 @@
 // Python's start-up once instead of once per sample. Each candidate is still judged alone, as if it
 // had the sandbox to itself:
 //  - its process gets the run's rlimits afresh (CPU time, address space, files, processes) and its
-//    own wall-clock limit; its stdout and stderr go nowhere, its results to a pipe of its own,
-//    capped at the run's output limit;
+//    own wall-clock limit, which does not count the time it waited for a CPU (its schedstat
+//    run delay; at most 4x the limit in all), so a busy machine does not score it 0; its stdout
+//    and stderr go nowhere, its results to a pipe of its own, capped at the run's output limit;
 //  - before the next candidate starts, every process it left is killed and reaped (the harness is
 //    PID 1 and signals -1) and /work is emptied;
 //  - the harness cannot be reached from a candidate: it is not dumpable, no process in the

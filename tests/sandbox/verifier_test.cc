@@ -1,5 +1,11 @@
 // Verifiers: answer normalisation and the Python-tests verifier's outcomes.
 #include <gtest/gtest.h>
+#include <sched.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
 
 #include "sandbox/answer_match.h"
 #include "sandbox/python_tests_verifier.h"
@@ -117,6 +123,13 @@ TEST(PythonTestsVerifierTest, CandidatesSharingARunAreJudgedAsIfAlone) {
            square,
        pb::OUTCOME_OK},
       {alone, pb::OUTCOME_OK},
+      // A tree deeper than Python's recursion limit, closed to its owner at every level.
+      {"import os\np = '.'\ntry:\n    for i in range(1010):\n        p += '/d'; os.mkdir(p)\n"
+       "except OSError: pass\nfor i in range(1010):\n    try: os.chmod(p, 0)\n"
+       "    except OSError: pass\n    p = os.path.dirname(p)\n" +
+           square,
+       pb::OUTCOME_OK},
+      {alone, pb::OUTCOME_OK},
       // Goes after the harness (PID 1) and what it passes on to the next candidate; passes only
       // if every attempt on the harness's priority, affinity, limits, memory and files was refused.
       {"import os, signal, resource\nrefused = 0\n"
@@ -170,6 +183,48 @@ TEST(PythonTestsVerifierTest, EachCandidateHasItsOwnFunctionAndTests) {
   EXPECT_EQ(v[2].outcome, pb::OUTCOME_WRONG_ANSWER) << v[2].detail;
   EXPECT_EQ(v[3].outcome, pb::OUTCOME_INFRA_ERROR);
   EXPECT_TRUE(VerifyPythonFunctions({}, SandboxLimits{}).empty());
+}
+
+// A candidate's wall-clock limit does not count the time it waited for a CPU. With three
+// spinning threads on the one CPU the sandbox may use, a candidate needing ~150 ms of CPU takes
+// ~4x that on the wall clock and still passes its 400 ms limit; one that sleeps 600 ms does not.
+TEST(PythonTestsVerifierTest, WaitingForACpuDoesNotCountAgainstTheWallClock) {
+  cpu_set_t before;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(before), &before), 0);
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &before)) ++cpu;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  // The sandbox's processes are forked from this thread and inherit its affinity.
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> spinners;
+  for (int i = 0; i < 3; ++i) {
+    spinners.emplace_back([&] {
+      sched_setaffinity(0, sizeof(one), &one);
+      while (!stop.load(std::memory_order_relaxed)) {
+      }
+    });
+  }
+  PythonTestsSpec spec = SquareSpec();
+  spec.limits.wall_timeout_ms = 400;
+  const std::vector<PythonCandidate> group = {
+      {"import time\ndef f(x):\n    t = time.process_time()\n"
+       "    while time.process_time() - t < 0.05: pass\n    return x * x\n",
+       "f", spec.tests},
+      {"import time\ndef f(x):\n    time.sleep(0.2)\n    return x * x\n", "f", spec.tests},
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<Verdict> v = VerifyPythonFunctions(group, spec.limits);
+  const double wall_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stop = true;
+  for (std::thread& t : spinners) t.join();
+  ASSERT_EQ(sched_setaffinity(0, sizeof(before), &before), 0);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0].outcome, pb::OUTCOME_OK) << v[0].detail << " (the run took " << wall_s << " s)";
+  EXPECT_EQ(v[1].outcome, pb::OUTCOME_TIMEOUT) << v[1].detail;
 }
 
 TEST(PythonTestsVerifierTest, BrokenHiddenTestsAreAnInfrastructureErrorNotAReward) {
