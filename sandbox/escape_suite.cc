@@ -267,7 +267,9 @@ std::vector<EscapeCase> EscapeSuite() {
           "calls = [lambda: os.setpriority(os.PRIO_PROCESS, p.pid, 19),\n"
           "         lambda: os.setpriority(os.PRIO_USER, 0, 19),\n"
           "         lambda: os.sched_setaffinity(p.pid, {0}),\n"
-          "         lambda: resource.prlimit(p.pid, resource.RLIMIT_NOFILE, (8, 8))]\n"
+          "         lambda: resource.prlimit(p.pid, resource.RLIMIT_NOFILE, (8, 8)),\n"
+          "         lambda: os.sched_setscheduler(p.pid, os.SCHED_BATCH, os.sched_param(0)),\n"
+          "         lambda: os.sched_setparam(p.pid, os.sched_param(0))]\n"
           "out = []\nfor c in calls:\n    try: c(); out.append('done')\n"
           "    except OSError as e: out.append(str(e.errno))\n"
           "os.setpriority(os.PRIO_PROCESS, 0, 5)\n"
@@ -275,9 +277,20 @@ std::vector<EscapeCase> EscapeSuite() {
           "os.sched_setaffinity(0, os.sched_getaffinity(0))\n"
           "p.kill(); p.wait(); print(*out, os.getpriority(os.PRIO_PROCESS, 0))"),
        [](const SandboxResult& r) {
-         return Expect(Exited(r) && r.stdout_data == "1 1 1 1 5\n",
+         return Expect(Exited(r) && r.stdout_data == "1 1 1 1 1 1 5\n",
                        "another process's priority, affinity or limits were changed", r);
        }});
+  // Renicing its scheduler autogroup (a session's) reaches only its own session.
+  s.push_back({"renice_the_session_it_was_started_in",
+               Py("try: open('/proc/self/autogroup', 'w').write('19'); print('reniced')\n"
+                  "except OSError as e: print('refused', e.errno)"),
+               [](const SandboxResult& r) {
+                 std::ifstream f("/proc/self/autogroup");
+                 std::string group, word, nice = "0";
+                 f >> group >> word >> nice;
+                 return Expect(Exited(r) && (!f || nice == "0"),
+                               "the caller's session was reniced to " + nice, r);
+               }});
   s.push_back({"kill_everything_it_can_see",
                Py("import os, signal, subprocess\np = subprocess.Popen(['/usr/bin/sleep', '30'])\n"
                   "print(os.getpid())\nos.kill(-1, signal.SIGKILL)\nprint('child', p.wait())"),

@@ -158,6 +158,10 @@ bool DecodeRequest(int fd, SandboxRequest* req) {
   // a run whose helper was killed before its pid reached the parent cannot outlive it. (getppid
   // cannot close the fork-to-prctl window here: the helper is outside this pid namespace.)
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // A session of its own, hence a scheduler autogroup of its own: through /proc/self/autogroup a
+  // program could otherwise renice every process of the session it was started in (the
+  // verifier's, with the service's stages).
+  if (::setsid() < 0) Fail(status_fd, "setsid");
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
     Fail(status_fd, "make / private");
   if (::mount("sandbox", root.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755") != 0) {

@@ -10,13 +10,20 @@ namespace {
 using json = nlohmann::json;
 
 // Runs inside the sandbox as PID 1 and forks one process per candidate (python_tests_verifier.h).
-// CHECKS (function name and inputs per candidate) is spliced in as a literal; candidate i's source
-// is c<i>.py. To the real stdout, per candidate: "<nonce> <i> start", its results as
-// "<nonce> <i> case <index> {json}" (the last per index; index -1 is a load error), then
-// "<nonce> <i> end {...}" with how its process ended. Exit status 3: the harness broke. Results
-// are JSON-encoded by hand: importing the json module would cost ~6 ms per run.
+// Candidates arrive on stdin, one at a time, as "<name bytes> <inputs bytes> <source bytes>\n"
+// and then those bytes (the function's name, its inputs as a Python literal, its source). It
+// writes one ordered stream to stdout: "S <c>\n" when candidate c starts; "D <c> <n>\n" and the n
+// bytes c wrote to its result pipe ("<case> {json}\n" per case, -1 for a load error); "E <c>
+// {...}\n" with how its process ended; "R\n" when the sandbox is no longer fresh enough for
+// another candidate (the rest then go to a new run). Candidates cannot write to this stream:
+// their stdout and stderr go nowhere. Exit status 3: the harness broke.
+//
+// Nothing of one candidate stays where a later one could read it in its copy of the harness's
+// memory: sources and results only ever sit in bytearrays that are zeroed after use, and the
+// next source is still in the kernel's socket buffer. Results are JSON-encoded by hand:
+// importing the json module would cost ~6 ms per run.
 constexpr const char kHarness[] = R"PY(
-import os, sys, select, time, gc, _signal, _ctypes
+import os, sys, select, time, gc, resource, _signal, _ctypes
 _signal.signal(_signal.SIGINT, _signal.SIG_IGN)  # (the signal module imports enum: +7 ms)
 class Int(_ctypes._SimpleCData):  # prctl through _ctypes: the ctypes package costs 2 ms more
     _type_ = 'i'
@@ -28,11 +35,7 @@ class Libc:
 if CFunc(('prctl', Libc()))(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE 0: out of candidates' reach
     sys.stderr.write('harness: prctl(PR_SET_DUMPABLE) failed\n')
     sys.exit(3)
-nonce, wall, cap = sys.argv[1], int(sys.argv[2]) / 1000.0, int(sys.argv[3])
-sources = []
-for i in range(len(CHECKS)):
-    with open('c%d.py' % i, 'rb') as f:
-        sources.append(f.read())
+wall, cap, cpu = int(sys.argv[1]) / 1000.0, int(sys.argv[2]), int(sys.argv[3])
 def enc(v):
     if v is None: return 'null'
     if v is True: return 'true'
@@ -56,27 +59,44 @@ def enc(v):
     if t is list or t is tuple: return '[' + ','.join(enc(x) for x in v) + ']'
     if t is dict: return '{' + ','.join(enc(str(k)) + ':' + enc(x) for k, x in v.items()) + '}'
     return enc(repr(v))
-out = sys.stdout
-def emit(c, text):
-    out.write('%s %d %s\n' % (nonce, c, text))
-    out.flush()
-def candidate(c, w):
+def put(b):
+    b = memoryview(b)
+    while len(b):
+        b = b[os.write(1, b):]
+def header():
+    line = b''
+    while not line.endswith(b'\n'):
+        b = os.read(0, 1)
+        if not b:
+            return None
+        line += b
+    return [int(x) for x in line.split()]
+def readn(n):  # straight into a bytearray: no other copy of the bytes in this process
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = os.readv(0, [view[got:]])
+        if k == 0:
+            raise EOFError('stdin ended inside a candidate')
+        got += k
+    return buf
+def candidate(w, src, fname, inputs):
     try:
+        os.setsid()  # a session, and scheduler autogroup, of its own
         null = os.open('/dev/null', os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(null, fd)
         os.closerange(3, w)
         os.closerange(w + 1, 1 << 16)
-        fname, inputs = CHECKS[c]
-        src = sources[c]
-        del sources[:]
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+        code = bytes(src)
         def report(key, value, i=-1):
             line = ('%d {"%s":%s}\n' % (i, key, enc(value))).encode()
             while line:
                 line = line[os.write(w, line):]
         try:
             ns = {'__name__': 'candidate'}
-            exec(compile(src, 'candidate.py', 'exec'), ns)
+            exec(compile(code, 'candidate.py', 'exec'), ns)
             fn = ns[fname]
         except BaseException as e:
             report('load_error', type(e).__name__)
@@ -88,23 +108,40 @@ def candidate(c, w):
                 report('error', type(e).__name__, i)
     finally:
         os._exit(0)
-def waited(pid):  # seconds the process was ready to run but waiting for a CPU
+def stat(pid):  # threads, CPU seconds of all its threads, of its reaped children
+    with open('/proc/%d/stat' % pid) as f:
+        fields = f.read().rsplit(')', 1)[1].split()
+    tick = os.sysconf('SC_CLK_TCK')
+    return (int(fields[17]), (int(fields[11]) + int(fields[12])) / tick,
+            (int(fields[13]) + int(fields[14])) / tick)
+def waited(pid):
+    # Seconds the candidate was ready to run but waiting for a CPU: credited only to a candidate
+    # that ran as one thread of one process, so that it cannot make its own contention.
     try:
+        threads, used, reaped = stat(pid)
+        others = [p for p in os.listdir('/proc') if p.isdigit() and p not in ('1', str(pid))]
         with open('/proc/%d/schedstat' % pid) as f:
-            return int(f.read().split()[1]) / 1e9
+            own, delay = [int(x) / 1e9 for x in f.read().split()[:2]]
+        if threads != 1 or reaped > 0 or others or used > own + 0.03:
+            return 0.0
+        return delay
     except (OSError, ValueError, IndexError):
         return 0.0
-def supervise(pid, r):
+def supervise(pid, r, acc):
     start = time.monotonic()
     end = start + wall
     try:
         pfd = os.pidfd_open(pid)
     except (AttributeError, OSError):
         pfd = -1
-    data, size, status, ended = [], 0, None, False
+    view, size, status, nap = memoryview(acc), 0, None, 0.0005
     while status is None:
         left = end - time.monotonic()
         if left <= 0:
+            wpid, ws, ru = os.wait4(pid, os.WNOHANG)
+            if wpid == pid:
+                status = ended(ws, ru)
+                break
             # The wall clock does not count waiting for a CPU (a busy machine is not the
             # candidate's fault), up to 4x the limit in all; the CPU limit still holds.
             end = min(start + wall + waited(pid), start + 4 * wall)
@@ -113,56 +150,43 @@ def supervise(pid, r):
             status = '{"timeout":1}'
             break
         fds = ([r] if r >= 0 else []) + ([pfd] if pfd >= 0 else [])
-        ready = select.select(fds, [], [], left if pfd >= 0 else min(left, 0.001))[0]
+        ready = select.select(fds, [], [], left if pfd >= 0 else min(left, nap))[0]
+        nap = min(nap * 2, 0.005)
         if r >= 0 and r in ready:
-            b = os.read(r, 65536)
-            if not b:
+            k = os.readv(r, [view[size:]])
+            if k == 0:
                 os.close(r)
                 r = -1
-            size += len(b)
-            data.append(b)
+            size += k
             if size > cap:
                 status = '{"output_limit":1}'
             continue
         if pfd < 0 or pfd in ready:
             wpid, ws, ru = os.wait4(pid, os.WNOHANG)
             if wpid == pid:
-                ended = True
-                cpu = '"cpu_ms":%.3f' % ((ru.ru_utime + ru.ru_stime) * 1e3)
-                if os.WIFSIGNALED(ws):
-                    status = '{"signaled":%d,%s}' % (os.WTERMSIG(ws), cpu)
-                else:
-                    status = '{"exited":%d,%s}' % (os.WEXITSTATUS(ws), cpu)
-    if r >= 0 and ended:  # what it wrote before it ended
-        os.set_blocking(r, False)
-        try:
-            while size <= cap:
-                b = os.read(r, 65536)
-                if not b:
-                    break
-                size += len(b)
-                data.append(b)
-        except BlockingIOError:
-            pass
-        if size > cap:
-            status = '{"output_limit":1}'
-    for fd in (r, pfd):
-        if fd >= 0:
-            os.close(fd)
-    return b''.join(data), status
-def clear():
+                status = ended(ws, ru)
+    if pfd >= 0:
+        os.close(pfd)
+    return r, size, status
+def ended(ws, ru):
+    cpu_ms = '"cpu_ms":%.3f' % ((ru.ru_utime + ru.ru_stime) * 1e3)
+    if os.WIFSIGNALED(ws):
+        return '{"signaled":%d,%s}' % (os.WTERMSIG(ws), cpu_ms)
+    return '{"exited":%d,%s}' % (os.WEXITSTATUS(ws), cpu_ms)
+def kill_all():  # every process but this one; they are all ours to reap (we are PID 1)
     give_up = time.monotonic() + 2
     while True:
         try:
             os.kill(-1, 9)
         except ProcessLookupError:
-            break
+            return
         try:
             os.waitpid(-1, 0)
         except ChildProcessError:
             if time.monotonic() > give_up:
                 raise
             time.sleep(0.0005)
+def wipe():
     stack = ['/work']  # depth-first without recursion: a tree may be ~1000 deep
     while stack:
         path = stack[-1]
@@ -180,38 +204,69 @@ def clear():
             if path != '/work':
                 os.rmdir(path)
     os.chmod('/work', 0o777)
+limits = (resource.RLIMIT_AS, resource.RLIMIT_NPROC, resource.RLIMIT_FSIZE,
+          resource.RLIMIT_NOFILE, resource.RLIMIT_CORE)
+def state():  # what a candidate could change for the next one, if anything let it
+    with open('/proc/self/oom_score_adj') as f:
+        oom = f.read()
+    try:
+        with open('/proc/self/autogroup') as f:
+            group = f.read().split()[-1]
+    except OSError:
+        group = None
+    return (oom, group, os.getpriority(os.PRIO_PROCESS, 0), os.sched_getaffinity(0),
+            [resource.getrlimit(l) for l in limits])
 try:
-    for i in range(len(sources)):
-        os.unlink('c%d.py' % i)
     os.unlink('harness.py')
     # Paid once here rather than in every child: compile()'s first call costs ~2 ms (the
     # children's compile then takes 0.2 ms), and what exists now stays out of the collector, so
     # fewer of its pages are copied into each child.
     exec(compile(b'def warm(x):\n    return [x, -x]\n', 'warm.py', 'exec'), {})
     enc([0, 'a', 1.5, None, True, (1,), {'k': 1}])
+    fresh = state()
     gc.freeze()
-    for c in range(len(CHECKS)):
-        emit(c, 'start')
+    c = 0
+    while True:
+        sizes = header()
+        if sizes is None:
+            break
+        if c > 0 and state() != fresh:
+            put(b'R\n')
+            break
+        fname = readn(sizes[0]).decode()
+        inputs = eval(readn(sizes[1]).decode(), {'__builtins__': {}})
+        src = readn(sizes[2])
+        acc = bytearray(cap + 1)
+        put(b'S %d\n' % c)
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:
             os.close(r)
-            candidate(c, w)
+            candidate(w, src, fname, inputs)
         os.close(w)
-        data, status = supervise(pid, r)
-        last = {}
-        for line in data.decode('utf-8', 'replace').split('\n')[:-1]:
-            i, _, rest = line.partition(' ')
-            if i.lstrip('-').isdigit() and rest.startswith('{'):
-                last[int(i)] = rest
-        for i in sorted(last):
-            emit(c, 'case %d %s' % (i, last[i]))
-        emit(c, 'end ' + status)  # judged before the clean-up: what it left cannot change it
+        src[:] = bytes(len(src))
+        r, size, status = supervise(pid, r, acc)
+        kill_all()  # before its results are final: nothing it left may add to them
+        if r >= 0 and size <= cap:
+            view = memoryview(acc)
+            while size <= cap:
+                k = os.readv(r, [view[size:]])
+                if k == 0:
+                    break
+                size += k
+            if size > cap:
+                status = '{"output_limit":1}'
+        if r >= 0:
+            os.close(r)
+        size = min(size, cap)
+        put(b'D %d %d\n' % (c, size))
+        put(memoryview(acc)[:size])
+        acc[:] = bytes(len(acc))
+        put(('E %d %s\n' % (c, status)).encode())
         if status.startswith('{"signaled":9,'):
-            sys.exit(0)  # the run's cgroup tells the CPU limit from the memory limit
-        clear()
-except SystemExit:
-    raise
+            break  # the run's cgroup tells the CPU limit from the memory limit
+        wipe()
+        c += 1
 except BaseException as e:
     sys.stderr.write('harness: %s: %s\n' % (type(e).__name__, e))
     sys.exit(3)
@@ -237,57 +292,65 @@ std::string PythonLiteral(const json& v) {
   return v.dump();  // numbers and strings
 }
 
-std::string Nonce() {
-  std::random_device rd;
-  std::ostringstream s;
-  s << std::hex << rd() << rd();
-  return s.str();
-}
-
 // What the harness reported about one candidate.
 struct CandidateReport {
   bool started = false, ended = false;
-  json end;                                 // with `ended`: how its process ended
-  std::vector<std::pair<int, json>> cases;  // index (-1: load error), result object
+  json end;          // with `ended`: how its process ended
+  std::string data;  // what it wrote to its result pipe
 };
 
-std::vector<CandidateReport> ParseReports(const std::string& out, const std::string& nonce,
-                                          size_t n) {
-  std::vector<CandidateReport> reports(n);
-  std::istringstream lines(out);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.compare(0, nonce.size() + 1, nonce + " ") != 0) continue;
-    std::istringstream fields(line.substr(nonce.size() + 1));
-    long c = -1;
+struct RunReport {
+  std::vector<CandidateReport> candidates;
+  bool restart = false;  // the harness asked for a fresh sandbox for the rest
+};
+
+// The harness's stdout (kHarness): "S <c>", "D <c> <n>" + n bytes, "E <c> {...}", "R". A frame cut
+// short by the end of the run is dropped.
+RunReport ParseRun(const std::string& out, size_t n) {
+  RunReport run;
+  run.candidates.resize(n);
+  size_t pos = 0;
+  while (pos < out.size()) {
+    const size_t eol = out.find('\n', pos);
+    if (eol == std::string::npos) break;
+    std::istringstream fields(out.substr(pos, eol - pos));
+    pos = eol + 1;
     std::string kind;
-    fields >> c >> kind;
-    if (c < 0 || size_t(c) >= n) continue;
-    CandidateReport& rep = reports[size_t(c)];
-    std::string rest;
-    if (kind == "start") {
+    long c = -1;
+    fields >> kind;
+    if (kind == "R") {
+      run.restart = true;
+      continue;
+    }
+    fields >> c;
+    if (!fields || c < 0 || size_t(c) >= n) break;  // not the harness's framing: stop here
+    CandidateReport& rep = run.candidates[size_t(c)];
+    if (kind == "S") {
       rep.started = true;
-    } else if (kind == "case") {
-      int index = -2;
-      fields >> index;
+    } else if (kind == "D") {
+      size_t len = 0;
+      fields >> len;
+      if (!fields || len > out.size() - pos) break;
+      rep.data.append(out, pos, len);
+      pos += len;
+    } else if (kind == "E") {
+      std::string rest;
       std::getline(fields, rest);
       json obj = json::parse(rest, nullptr, false);
-      if (!obj.is_discarded() && obj.is_object()) rep.cases.emplace_back(index, std::move(obj));
-    } else if (kind == "end") {
-      std::getline(fields, rest);
-      json obj = json::parse(rest, nullptr, false);
-      if (!obj.is_discarded() && obj.is_object()) {
-        rep.ended = true;
-        rep.end = std::move(obj);
-      }
+      if (obj.is_discarded() || !obj.is_object()) break;
+      rep.ended = true;
+      rep.end = std::move(obj);
+    } else {
+      break;
     }
   }
-  return reports;
+  return run;
 }
 
-// A verdict from how the candidate's process ended (as a sandbox outcome) and its results.
+// A verdict from how the candidate's process ended (as a sandbox outcome) and what it wrote:
+// "<case> {json}" lines, the last one per case counting.
 Verdict Judge(SandboxOutcome outcome, int signal, const std::string& setup_error,
-              const CandidateReport& rep, const PythonCandidate& cand) {
+              const std::string& data, const PythonCandidate& cand) {
   Verdict v;
   switch (outcome) {
     case SandboxOutcome::kTimeout:
@@ -319,7 +382,15 @@ Verdict Judge(SandboxOutcome outcome, int signal, const std::string& setup_error
       break;
   }
   std::vector<json> results(cand.tests.size());
-  for (const auto& [index, obj] : rep.cases) {
+  std::istringstream lines(data);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream fields(line);
+    long index = 0;
+    std::string rest;
+    if (!(fields >> index) || !std::getline(fields, rest)) continue;
+    json obj = json::parse(rest, nullptr, false);
+    if (obj.is_discarded() || !obj.is_object()) continue;
     if (index == -1 && obj.contains("load_error") && obj["load_error"].is_string()) {
       v.outcome =
           obj["load_error"] == "MemoryError" ? pb::OUTCOME_MEMORY_LIMIT : pb::OUTCOME_RUNTIME_ERROR;
@@ -373,121 +444,126 @@ std::vector<Verdict> VerifyPythonFunctions(const std::vector<PythonCandidate>& c
                                            const SandboxLimits& limits, int infra_attempts) {
   const size_t n = candidates.size();
   std::vector<Verdict> verdicts(n);
-  // Inputs as Python literals; a malformed hidden test is the task's fault, never a reward.
-  std::vector<std::string> checks(n);
-  std::vector<bool> valid(n, true);
+  // Each candidate's stdin frame: its function's name, inputs (a Python literal) and source. A
+  // malformed hidden test is the task's fault, never a reward.
+  std::vector<std::string> frames(n);
+  std::vector<size_t> pending;  // candidates not judged yet, in order
   for (size_t c = 0; c < n; ++c) {
     json inputs = json::array();
+    bool valid = true;
     for (const PythonTestCase& t : candidates[c].tests) {
       json args = json::parse(t.args_json, nullptr, false);
       if (args.is_discarded() || !args.is_array() ||
           json::parse(t.expected_json, nullptr, false).is_discarded()) {
-        valid[c] = false;
+        valid = false;
         break;
       }
       inputs.push_back(args);
     }
-    if (!valid[c]) {
+    if (!valid) {
       verdicts[c].outcome = pb::OUTCOME_INFRA_ERROR;
       verdicts[c].detail = "a hidden test case is not valid JSON";
-    } else {
-      checks[c] =
-          "(" + json(candidates[c].function_name).dump() + ", " + PythonLiteral(inputs) + ")";
+      continue;
     }
+    const std::string& name = candidates[c].function_name;
+    const std::string literal = PythonLiteral(inputs), &src = candidates[c].source;
+    frames[c] = std::to_string(name.size()) + " " + std::to_string(literal.size()) + " " +
+                std::to_string(src.size()) + "\n" + name + literal + src;
+    pending.push_back(c);
   }
-  std::vector<size_t> pending;  // valid candidates not judged yet, in order
-  for (size_t c = 0; c < n; ++c) {
-    if (valid[c]) pending.push_back(c);
-  }
-  int failed_runs = 0;
+  int failed_runs = 0;     // in a row, without a verdict
+  double unbilled_ms = 0;  // CPU time of those runs
+  std::string failure;
   while (!pending.empty()) {
-    const std::string nonce = Nonce();
     SandboxRequest req;
     req.limits = limits;
-    // The run's own limits hold all of its candidates; each candidate's are the caller's.
+    // The run's own limits hold all of its candidates (the harness gives each its own).
     const uint64_t per = uint64_t(pending.size());
     req.limits.wall_timeout_ms = uint32_t(
-        std::min<uint64_t>(UINT32_MAX, per * (4 * uint64_t(limits.wall_timeout_ms) + 200) + 2000));
-    size_t max_cases = 0;
-    std::string list = "CHECKS = [";
-    for (size_t k = 0; k < pending.size(); ++k) {
-      const size_t c = pending[k];
-      list += checks[c] + ",";
-      max_cases = std::max(max_cases, candidates[c].tests.size());
-      req.files.emplace_back("c" + std::to_string(k) + ".py", candidates[c].source);
-    }
-    req.limits.max_output_bytes = per * (limits.max_output_bytes + 64 * (max_cases + 4)) + 4096;
+        std::min<uint64_t>(UINT32_MAX, per * (4 * uint64_t(limits.wall_timeout_ms) + 300) + 2000));
+    req.limits.cpu_seconds =
+        uint32_t(std::min<uint64_t>(UINT32_MAX, per * uint64_t(limits.cpu_seconds) + 2));
+    req.limits.max_output_bytes = per * (limits.max_output_bytes + 64) + 4096;
     req.limits.max_processes = limits.max_processes + 1;  // the harness
-    req.files.emplace_back("harness.py", list + "]\n" + kHarness);
+    req.files.emplace_back("harness.py", kHarness);
+    for (size_t c : pending) req.stdin_data += frames[c];
     req.argv = {"/usr/bin/python3",
                 "-I",
                 "-S",
                 "harness.py",
-                nonce,
                 std::to_string(limits.wall_timeout_ms),
-                std::to_string(limits.max_output_bytes)};
+                std::to_string(limits.max_output_bytes),
+                std::to_string(std::max<uint32_t>(1, limits.cpu_seconds))};
     auto r = RunSandboxed(req);
     std::vector<size_t> judged;
-    std::string failure;
+    size_t started = 0;
+    bool rerun_alone = false;
     if (!r.ok()) {
       failure = r.status().ToString();
     } else if (r->outcome == SandboxOutcome::kSetupFailed) {
       failure = "sandbox: " + r->setup_error;
     } else {
-      const std::vector<CandidateReport> reports = ParseReports(r->stdout_data, nonce, per);
+      const RunReport run = ParseRun(r->stdout_data, per);
       const bool harness_broke = r->outcome == SandboxOutcome::kExited && r->exit_code != 0;
+      for (size_t k = 0; k < pending.size(); ++k) started += run.candidates[k].started;
       for (size_t k = 0; k < pending.size(); ++k) {
-        const CandidateReport& rep = reports[k];
+        const CandidateReport& rep = run.candidates[k];
         const PythonCandidate& cand = candidates[pending[k]];
         if (rep.ended) {
           int signal = 0;
           const SandboxOutcome how = EndedAs(rep.end, *r, &signal);
-          verdicts[pending[k]] = Judge(how, signal, "", rep, cand);
-        } else if (rep.started && !harness_broke) {
-          // The run ended while this candidate ran: the run's end is its end.
-          verdicts[pending[k]] = Judge(r->outcome, r->signal, r->setup_error, rep, cand);
+          verdicts[pending[k]] = Judge(how, signal, "", rep.data, cand);
+        } else if (rep.started && k == 0 && !harness_broke) {
+          // The run ended while its first candidate ran: as in a run of its own, the run's end
+          // is its end. (A later candidate goes first in the next run instead: what ended this
+          // one may have been left by an earlier candidate.)
+          verdicts[pending[k]] = Judge(r->outcome, r->signal, r->setup_error, rep.data, cand);
         } else {
           break;
         }
         judged.push_back(pending[k]);
       }
+      // The run's cgroup killed a process at its memory limit, which may have been a process a
+      // candidate left, or one of a later candidate: each candidate that ran is run again alone.
+      rerun_alone = r->outcome == SandboxOutcome::kMemoryLimit && started > 1;
       if (judged.empty()) {
         failure = harness_broke ? "the harness failed: " + r->stderr_data.substr(0, 200)
                                 : "the run judged no candidate";
       }
     }
+    const double cpu_ms = r.ok() ? r->cpu_ms : 0;
+    if (rerun_alone) {
+      const size_t ran = std::min(pending.size(), std::max(started, judged.size()));
+      for (size_t k = 0; k < ran; ++k) {
+        const size_t c = pending[k];
+        verdicts[c] = VerifyPythonFunctions({candidates[c]}, limits, infra_attempts)[0];
+        verdicts[c].cpu_ms += (cpu_ms + unbilled_ms) / double(ran);
+      }
+      unbilled_ms = 0;
+      failed_runs = 0;
+      pending.erase(pending.begin(), pending.begin() + long(ran));
+      continue;
+    }
     if (judged.empty()) {
-      ++failed_runs;
-      if (failed_runs >= std::max(1, infra_attempts)) {
+      unbilled_ms += cpu_ms;
+      if (++failed_runs >= std::max(1, infra_attempts)) {
         for (size_t c : pending) {
           verdicts[c].outcome = pb::OUTCOME_INFRA_ERROR;
           verdicts[c].detail = failure;
           verdicts[c].attempts = failed_runs;
+          verdicts[c].cpu_ms = unbilled_ms / double(pending.size());
         }
         break;
       }
       continue;
     }
-    if (r->outcome == SandboxOutcome::kMemoryLimit) {
-      // The run's cgroup killed a process at its memory limit, which may have been a process a
-      // candidate left running, not its own: as in a run of its own, that candidate's verdict is
-      // the memory limit. One candidate judged: it; several: each is run again alone to tell.
-      if (judged.size() == 1) {
-        verdicts[judged[0]] = Judge(SandboxOutcome::kMemoryLimit, 0, "", {}, candidates[judged[0]]);
-      } else {
-        for (size_t c : judged) {
-          verdicts[c] = VerifyPythonFunctions({candidates[c]}, limits, infra_attempts)[0];
-          verdicts[c].cpu_ms += r->cpu_ms / double(judged.size());
-        }
-        pending.erase(pending.begin(), pending.begin() + long(judged.size()));
-        continue;
-      }
-    }
-    const double share = r->cpu_ms / double(judged.size());
+    const double share = (cpu_ms + unbilled_ms) / double(judged.size());
     for (size_t c : judged) {
       verdicts[c].cpu_ms = share;
       verdicts[c].attempts = failed_runs + 1;
     }
+    unbilled_ms = 0;
+    failed_runs = 0;
     pending.erase(pending.begin(), pending.begin() + long(judged.size()));
   }
   return verdicts;

@@ -6,22 +6,28 @@
 //
 // Many candidates share one sandbox run (VerifyPythonFunctions): the harness starts the
 // interpreter once, then forks one process per candidate, one at a time, so a GRPO group pays for
-// Python's start-up once instead of once per sample. Each candidate is still judged alone, as if it
-// had the sandbox to itself:
-//  - its process gets the run's rlimits afresh (CPU time, address space, files, processes) and its
-//    own wall-clock limit, which does not count the time it waited for a CPU (its schedstat
-//    run delay; at most 4x the limit in all), so a busy machine does not score it 0; its stdout
-//    and stderr go nowhere, its results to a pipe of its own, capped at the run's output limit;
-//  - before the next candidate starts, every process it left is killed and reaped (the harness is
-//    PID 1 and signals -1) and /work is emptied;
-//  - the harness cannot be reached from a candidate: it is not dumpable, no process in the
-//    sandbox holds a capability, signals to PID 1 are dropped, and seccomp refuses setting another
-//    process's priority, affinity or rlimits and kernel-persistent IPC objects
-//    (sandbox/seccomp_filter.h);
+// Python's start-up once instead of once per sample. Each candidate is still judged as if it had
+// the sandbox to itself (in GRPO, a candidate that made a sibling fail would raise its own
+// advantage):
+//  - its process has a session of its own, the run's rlimits afresh and its own wall-clock limit,
+//    which does not count the time it waited for a CPU (its schedstat run delay, at most 4x the
+//    limit in all) if it ran as one thread of one process; its stdout and stderr go nowhere, its
+//    results to a pipe of its own, capped at the run's output limit;
+//  - before its results are final, every process in the sandbox but the harness is killed and
+//    reaped (the harness is PID 1 and signals -1); then /work is emptied;
+//  - it cannot reach the harness or what the harness passes on: the harness is not dumpable, no
+//    process in the sandbox holds a capability, signals to PID 1 are dropped, seccomp refuses
+//    setting another process's priority, affinity or rlimits and kernel-persistent IPC objects
+//    (sandbox/seccomp_filter.h), and a harness whose OOM score, autogroup, priority, affinity or
+//    rlimits changed anyway hands the rest to a fresh sandbox;
+//  - nothing of an earlier candidate is in the memory it starts with: sources arrive on stdin one
+//    at a time (the rest wait in the kernel's socket buffer), and sources and results only pass
+//    through buffers the harness zeroes;
 //  - a candidate killed by SIGKILL (the hard CPU limit, or the run's cgroup at its memory limit)
-//    ends the run, so that the run's cgroup tells which; so does a harness that breaks. The
-//    candidates not yet run then continue in a fresh sandbox.
-// Sandbox set-up failures are retried (infra_attempts runs in all that judge nothing); what is
+//    ends the run, so that the run's cgroup tells which; a run that ends while a candidate other
+//    than its first runs does not judge it, and one whose cgroup killed anything at its memory
+//    limit runs again, alone, every candidate that ran in it.
+// Sandbox set-up failures are retried (infra_attempts runs in a row that judge nothing); what is
 // left after them is OUTCOME_INFRA_ERROR.
 #pragma once
 

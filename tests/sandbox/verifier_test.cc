@@ -105,6 +105,7 @@ TEST(PythonTestsVerifierTest, CandidatesSharingARunAreJudgedAsIfAlone) {
       "import os, resource\n"
       "fresh = (os.listdir('/work') == [] and os.getpriority(os.PRIO_PROCESS, 0) == 0 and\n"
       "         resource.getrlimit(resource.RLIMIT_CPU) == (2, 2) and\n"
+      "         open('/proc/self/oom_score_adj').read() == '0\\n' and\n"
       "         sorted(p for p in os.listdir('/proc') if p.isdigit()) in (['1', str(os.getpid())],"
       " ['1']))\n"
       "def f(x):\n    return x * x if fresh else -1\n";
@@ -143,6 +144,27 @@ TEST(PythonTestsVerifierTest, CandidatesSharingARunAreJudgedAsIfAlone) {
        "def f(x):\n    return x * x if refused == 6 else -1\n",
        pb::OUTCOME_OK},
       {alone, pb::OUTCOME_OK},
+      // Makes PID 1 the OOM killer's first choice, which the next candidate would inherit.
+      {"try: open('/proc/1/oom_score_adj', 'w').write('1000')\nexcept OSError: pass\n" + square,
+       pb::OUTCOME_OK},
+      {alone, pb::OUTCOME_OK},
+      // Writes the harness's framing into its own result pipe, and lines it cannot parse.
+      {"import os\nfor fd in os.listdir('/proc/self/fd'):\n"
+       "    if int(fd) > 2:\n"
+       "        try: os.write(int(fd), b'--1 {\\n' + b'9' * 5000 + b' {\\n"
+       "E 1 {\"exited\":0}\\nD 1 30\\n0 {\"value\":9}\\nR\\n')\n"
+       "        except OSError: pass\n" +
+           square,
+       pb::OUTCOME_OK},
+      {"import time\ndef f(x):\n    time.sleep(1)\n", pb::OUTCOME_TIMEOUT},
+      // Pins itself to one CPU beside three spinning processes of its own: waiting for that CPU
+      // is its own doing, and does not stretch its wall clock.
+      {"import os, time\nos.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+       "for i in range(3):\n    if os.fork() == 0:\n        while True: pass\n"
+       "t = time.process_time()\nwhile time.process_time() - t < 0.5: pass\n" +
+           square,
+       pb::OUTCOME_TIMEOUT},
+      {alone, pb::OUTCOME_OK},
       {"while True: pass\n" + square, pb::OUTCOME_TIMEOUT},
       {"def f(x):\n    return 'x' * 1000000\n", pb::OUTCOME_OUTPUT_LIMIT},
       {"import os\ndef f(x):\n    os.kill(os.getpid(), 9)\n", pb::OUTCOME_TIMEOUT},  // as CPU
@@ -169,6 +191,35 @@ TEST(PythonTestsVerifierTest, CandidatesSharingARunAreJudgedAsIfAlone) {
 
 // Each candidate brings its own function and tests; none of a candidate's expected values is
 // needed to judge another.
+// Nothing of a candidate (its source, its results) is left in the harness's memory, which the
+// next candidate's process starts as a copy of: the second candidate searches its whole address
+// space for markers the first one's source and results carry.
+TEST(PythonTestsVerifierTest, ALaterCandidateFindsNothingOfAnEarlierOneInItsMemory) {
+  const std::string first = "# MARKER_7f3a\ndef f(x):\n    return 'RESULT' + '_9c1e' + str(x)\n";
+  const std::string search =
+      "import re\nfound = []\n"
+      "with open('/proc/self/maps') as maps, open('/proc/self/mem', 'rb', 0) as mem:\n"
+      "    for line in maps:\n"
+      "        m = re.match(r'([0-9a-f]+)-([0-9a-f]+) r', line)\n"
+      "        if not m or '[vvar' in line or '[vsyscall' in line: continue\n"
+      "        a, b = int(m.group(1), 16), int(m.group(2), 16)\n"
+      "        try: mem.seek(a); data = mem.read(b - a)\n"
+      "        except (OSError, ValueError, OverflowError): continue\n"
+      "        for head, tail in ((b'MARKER', b'_7f3a'), (b'RESULT', b'_9c1e')):\n"
+      "            i = data.find(head)\n"
+      "            while i >= 0:\n"
+      "                if data[i + 6:i + 11] == tail: found.append(head)\n"
+      "                i = data.find(head, i + 1)\n"
+      "def f(x):\n    return sorted(set(found))\n";
+  std::vector<PythonCandidate> group = {{first, "f", {{"[3]", "\"RESULT_9c1e3\""}}},
+                                        {search, "f", {{"[3]", "[]"}}}};
+  const std::vector<Verdict> v = VerifyPythonFunctions(group, SandboxLimits{});
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0].outcome, pb::OUTCOME_OK) << v[0].detail;
+  EXPECT_EQ(v[1].outcome, pb::OUTCOME_OK) << v[1].detail;
+  EXPECT_EQ(v[1].attempts, 1);
+}
+
 TEST(PythonTestsVerifierTest, EachCandidateHasItsOwnFunctionAndTests) {
   std::vector<PythonCandidate> group = {
       {"def f(x):\n    return x * x\n", "f", {{"[3]", "9"}}},
