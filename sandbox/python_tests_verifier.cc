@@ -10,18 +10,20 @@ namespace {
 using json = nlohmann::json;
 
 // Runs inside the sandbox as PID 1 and forks one process per candidate (python_tests_verifier.h).
-// Candidates arrive on stdin, one at a time, as "<name bytes> <inputs bytes> <source bytes>\n"
-// and then those bytes (the function's name, its inputs as a Python literal, its source). It
-// writes one ordered stream to stdout: "S <c>\n" when candidate c starts; "D <c> <n>\n" and the n
-// bytes c wrote to its result pipe ("<case> {json}\n" per case, -1 for a load error); "E <c>
-// {...}\n" with how its process ended; "R\n" when the sandbox is no longer fresh enough for
-// another candidate (the rest then go to a new run). Candidates cannot write to this stream:
-// their stdout and stderr go nowhere. Exit status 3: the harness broke.
+// stdin: the run's key (kKeyBytes bytes), then per candidate "<name bytes> <inputs bytes>
+// <source bytes>\n" and those bytes (the function's name, its inputs as a Python literal, its
+// source), read one candidate at a time. stdout: the harness's frames, each a line of its own
+// starting with the key ("<key> S <c>": candidate c starts; "<key> E <c> {...}": how its process
+// ended; "<key> R": the sandbox is not fresh enough for another candidate, the rest go to a new
+// run), and between S and E what candidate c wrote itself ("<case> {json}" lines, -1 for a load
+// error). Exit status 3: the harness broke.
 //
-// Nothing of one candidate stays where a later one could read it in its copy of the harness's
-// memory: sources and results only ever sit in bytearrays that are zeroed after use, and the
-// next source is still in the kernel's socket buffer. Results are JSON-encoded by hand:
-// importing the json module would cost ~6 ms per run.
+// A candidate's process gets the stdout but not the key (its copy of the key's buffer is zeroed
+// before any of its code runs), so it cannot forge a frame. The harness never reads a result, and
+// a source only passes through a buffer it zeroes; the next sources are still in the kernel's
+// socket buffer: nothing of an earlier candidate's code or results is in the memory a later one
+// starts with. Results are JSON-encoded by hand: importing the json module costs ~6 ms a run.
+constexpr size_t kKeyBytes = 32;
 constexpr const char kHarness[] = R"PY(
 import os, sys, select, time, gc, resource, _signal, _ctypes
 _signal.signal(_signal.SIGINT, _signal.SIG_IGN)  # (the signal module imports enum: +7 ms)
@@ -35,7 +37,7 @@ class Libc:
 if CFunc(('prctl', Libc()))(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE 0: out of candidates' reach
     sys.stderr.write('harness: prctl(PR_SET_DUMPABLE) failed\n')
     sys.exit(3)
-wall, cap, cpu = int(sys.argv[1]) / 1000.0, int(sys.argv[2]), int(sys.argv[3])
+wall, cpu = int(sys.argv[1]) / 1000.0, int(sys.argv[2])
 def enc(v):
     if v is None: return 'null'
     if v is True: return 'true'
@@ -59,10 +61,25 @@ def enc(v):
     if t is list or t is tuple: return '[' + ','.join(enc(x) for x in v) + ']'
     if t is dict: return '{' + ','.join(enc(str(k)) + ':' + enc(x) for k, x in v.items()) + '}'
     return enc(repr(v))
-def put(b):
-    b = memoryview(b)
-    while len(b):
-        b = b[os.write(1, b):]
+def readn(n):  # straight into a bytearray: no other copy of the bytes in this process
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = os.readv(0, [view[got:]])
+        if k == 0:
+            raise EOFError('stdin ended inside a frame')
+        got += k
+    return buf
+key = readn(int(sys.argv[3]))
+def frame(text):  # a line of its own: what a candidate wrote last may not end in a newline
+    parts = [b'\n', key, b' ' + text + b'\n']
+    while parts:
+        k = os.writev(1, parts)
+        while parts and k >= len(parts[0]):
+            k -= len(parts[0])
+            parts.pop(0)
+        if parts:
+            parts[0] = memoryview(parts[0])[k:]
 def header():
     line = b''
     while not line.endswith(b'\n'):
@@ -71,29 +88,22 @@ def header():
             return None
         line += b
     return [int(x) for x in line.split()]
-def readn(n):  # straight into a bytearray: no other copy of the bytes in this process
-    buf = bytearray(n)
-    view, got = memoryview(buf), 0
-    while got < n:
-        k = os.readv(0, [view[got:]])
-        if k == 0:
-            raise EOFError('stdin ended inside a candidate')
-        got += k
-    return buf
-def candidate(w, src, fname, inputs):
+def candidate(src, fname, inputs):
     try:
+        key[:] = bytes(len(key))
         os.setsid()  # a session, and scheduler autogroup, of its own
         null = os.open('/dev/null', os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        os.closerange(3, w)
-        os.closerange(w + 1, 1 << 16)
+        os.dup2(null, 0)
+        os.dup2(null, 2)
+        os.closerange(3, 1 << 16)
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
         code = bytes(src)
+        src[:] = bytes(len(src))
         def report(key, value, i=-1):
             line = ('%d {"%s":%s}\n' % (i, key, enc(value))).encode()
             while line:
-                line = line[os.write(w, line):]
+                line = line[os.write(1, line):]
+        out = sys.stdout = sys.stderr = open(os.devnull, 'w')
         try:
             ns = {'__name__': 'candidate'}
             exec(compile(code, 'candidate.py', 'exec'), ns)
@@ -127,65 +137,54 @@ def waited(pid):
         return delay
     except (OSError, ValueError, IndexError):
         return 0.0
-def supervise(pid, r, acc):
+def ended(ws, ru):
+    cpu_ms = '"cpu_ms":%.3f' % ((ru.ru_utime + ru.ru_stime) * 1e3)
+    if os.WIFSIGNALED(ws):
+        return '{"signaled":%d,%s}' % (os.WTERMSIG(ws), cpu_ms)
+    return '{"exited":%d,%s}' % (os.WEXITSTATUS(ws), cpu_ms)
+def supervise(pid):
     start = time.monotonic()
     end = start + wall
     try:
         pfd = os.pidfd_open(pid)
     except (AttributeError, OSError):
         pfd = -1
-    view, size, status, nap = memoryview(acc), 0, None, 0.0005
-    while status is None:
+    nap = 0.0005
+    while True:
+        wpid, ws, ru = os.wait4(pid, os.WNOHANG)
+        if wpid == pid:
+            break
         left = end - time.monotonic()
         if left <= 0:
-            wpid, ws, ru = os.wait4(pid, os.WNOHANG)
-            if wpid == pid:
-                status = ended(ws, ru)
-                break
             # The wall clock does not count waiting for a CPU (a busy machine is not the
             # candidate's fault), up to 4x the limit in all; the CPU limit still holds.
             end = min(start + wall + waited(pid), start + 4 * wall)
             if end - time.monotonic() > 0.001:
                 continue
-            status = '{"timeout":1}'
-            break
-        fds = ([r] if r >= 0 else []) + ([pfd] if pfd >= 0 else [])
-        ready = select.select(fds, [], [], left if pfd >= 0 else min(left, nap))[0]
-        nap = min(nap * 2, 0.005)
-        if r >= 0 and r in ready:
-            k = os.readv(r, [view[size:]])
-            if k == 0:
-                os.close(r)
-                r = -1
-            size += k
-            if size > cap:
-                status = '{"output_limit":1}'
-            continue
-        if pfd < 0 or pfd in ready:
-            wpid, ws, ru = os.wait4(pid, os.WNOHANG)
-            if wpid == pid:
-                status = ended(ws, ru)
+            if pfd >= 0:
+                os.close(pfd)
+            return '{"timeout":1}'
+        if pfd >= 0:
+            select.select([pfd], [], [], left)
+        else:
+            time.sleep(min(left, nap))
+            nap = min(nap * 2, 0.005)
     if pfd >= 0:
         os.close(pfd)
-    return r, size, status
-def ended(ws, ru):
-    cpu_ms = '"cpu_ms":%.3f' % ((ru.ru_utime + ru.ru_stime) * 1e3)
-    if os.WIFSIGNALED(ws):
-        return '{"signaled":%d,%s}' % (os.WTERMSIG(ws), cpu_ms)
-    return '{"exited":%d,%s}' % (os.WEXITSTATUS(ws), cpu_ms)
-def kill_all():  # every process but this one; they are all ours to reap (we are PID 1)
+    return ended(ws, ru)
+def kill_all():  # every process but this one (PID 1: they are all ours to reap); False: gave up
     give_up = time.monotonic() + 2
-    while True:
+    while time.monotonic() < give_up:
         try:
             os.kill(-1, 9)
         except ProcessLookupError:
-            return
+            return True
         try:
-            os.waitpid(-1, 0)
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                time.sleep(0.0002)
         except ChildProcessError:
-            if time.monotonic() > give_up:
-                raise
             time.sleep(0.0005)
+    return False
 def wipe():
     stack = ['/work']  # depth-first without recursion: a tree may be ~1000 deep
     while stack:
@@ -216,6 +215,31 @@ def state():  # what a candidate could change for the next one, if anything let 
         group = None
     return (oom, group, os.getpriority(os.PRIO_PROCESS, 0), os.sched_getaffinity(0),
             [resource.getrlimit(l) for l in limits])
+def one(c):  # runs candidate c; False: the rest need a fresh sandbox
+    sizes = header()
+    if sizes is None:
+        return False
+    fname = readn(sizes[0]).decode()
+    inputs = eval(readn(sizes[1]).decode(), {'__builtins__': {}})
+    src = readn(sizes[2])
+    frame(b'S %d' % c)
+    pid = os.fork()
+    if pid == 0:
+        candidate(src, fname, inputs)
+    src[:] = bytes(len(src))
+    status = supervise(pid)
+    clean = kill_all()  # before its end is told: nothing it left may add to its results
+    frame(('E %d %s' % (c, status)).encode())
+    if status.startswith('{"signaled":9,'):
+        return False  # the run's cgroup tells the CPU limit from the memory limit
+    if not clean:
+        frame(b'R')
+        return False
+    wipe()
+    if state() != fresh:
+        frame(b'R')
+        return False
+    return True
 try:
     os.unlink('harness.py')
     # Paid once here rather than in every child: compile()'s first call costs ~2 ms (the
@@ -226,46 +250,7 @@ try:
     fresh = state()
     gc.freeze()
     c = 0
-    while True:
-        sizes = header()
-        if sizes is None:
-            break
-        if c > 0 and state() != fresh:
-            put(b'R\n')
-            break
-        fname = readn(sizes[0]).decode()
-        inputs = eval(readn(sizes[1]).decode(), {'__builtins__': {}})
-        src = readn(sizes[2])
-        acc = bytearray(cap + 1)
-        put(b'S %d\n' % c)
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            candidate(w, src, fname, inputs)
-        os.close(w)
-        src[:] = bytes(len(src))
-        r, size, status = supervise(pid, r, acc)
-        kill_all()  # before its results are final: nothing it left may add to them
-        if r >= 0 and size <= cap:
-            view = memoryview(acc)
-            while size <= cap:
-                k = os.readv(r, [view[size:]])
-                if k == 0:
-                    break
-                size += k
-            if size > cap:
-                status = '{"output_limit":1}'
-        if r >= 0:
-            os.close(r)
-        size = min(size, cap)
-        put(b'D %d %d\n' % (c, size))
-        put(memoryview(acc)[:size])
-        acc[:] = bytes(len(acc))
-        put(('E %d %s\n' % (c, status)).encode())
-        if status.startswith('{"signaled":9,'):
-            break  # the run's cgroup tells the CPU limit from the memory limit
-        wipe()
+    while one(c):
         c += 1
 except BaseException as e:
     sys.stderr.write('harness: %s: %s\n' % (type(e).__name__, e))
@@ -296,55 +281,85 @@ std::string PythonLiteral(const json& v) {
 struct CandidateReport {
   bool started = false, ended = false;
   json end;          // with `ended`: how its process ended
-  std::string data;  // what it wrote to its result pipe
+  std::string data;  // what it wrote between its start and its end
 };
 
-struct RunReport {
-  std::vector<CandidateReport> candidates;
-  bool restart = false;  // the harness asked for a fresh sandbox for the rest
-};
-
-// The harness's stdout (kHarness): "S <c>", "D <c> <n>" + n bytes, "E <c> {...}", "R". A frame cut
-// short by the end of the run is dropped.
-RunReport ParseRun(const std::string& out, size_t n) {
-  RunReport run;
-  run.candidates.resize(n);
+// The harness's stdout (kHarness): frames are the lines that start with the run's key; what
+// comes between "S <c>" and "E <c>" is candidate c's.
+std::vector<CandidateReport> ParseRun(const std::string& out, const std::string& key, size_t n) {
+  std::vector<CandidateReport> reports(n);
+  CandidateReport* current = nullptr;
   size_t pos = 0;
   while (pos < out.size()) {
-    const size_t eol = out.find('\n', pos);
-    if (eol == std::string::npos) break;
-    std::istringstream fields(out.substr(pos, eol - pos));
-    pos = eol + 1;
-    std::string kind;
-    long c = -1;
-    fields >> kind;
-    if (kind == "R") {
-      run.restart = true;
-      continue;
+    size_t eol = out.find('\n', pos);
+    if (eol == std::string::npos) eol = out.size();
+    const size_t len = eol - pos;
+    if (len > key.size() && out.compare(pos, key.size(), key) == 0 &&
+        out[pos + key.size()] == ' ') {
+      std::istringstream fields(out.substr(pos + key.size() + 1, len - key.size() - 1));
+      std::string kind;
+      long c = -1;
+      fields >> kind >> c;
+      if (fields && c >= 0 && size_t(c) < n) {
+        if (kind == "S") {
+          reports[size_t(c)].started = true;
+          current = &reports[size_t(c)];
+        } else if (kind == "E") {
+          std::string rest;
+          std::getline(fields, rest);
+          json obj = json::parse(rest, nullptr, false);
+          if (!obj.is_discarded() && obj.is_object()) {
+            reports[size_t(c)].ended = true;
+            reports[size_t(c)].end = std::move(obj);
+          }
+          current = nullptr;
+        }
+      }
+    } else if (current != nullptr) {
+      current->data.append(out, pos, std::min(out.size(), eol + 1) - pos);
     }
-    fields >> c;
-    if (!fields || c < 0 || size_t(c) >= n) break;  // not the harness's framing: stop here
-    CandidateReport& rep = run.candidates[size_t(c)];
-    if (kind == "S") {
-      rep.started = true;
-    } else if (kind == "D") {
-      size_t len = 0;
-      fields >> len;
-      if (!fields || len > out.size() - pos) break;
-      rep.data.append(out, pos, len);
-      pos += len;
-    } else if (kind == "E") {
-      std::string rest;
-      std::getline(fields, rest);
-      json obj = json::parse(rest, nullptr, false);
-      if (obj.is_discarded() || !obj.is_object()) break;
-      rep.ended = true;
-      rep.end = std::move(obj);
-    } else {
-      break;
+    pos = eol + 1;
+  }
+  return reports;
+}
+
+// A fresh random key per run: the frames the harness writes start with it.
+std::string RunKey() {
+  std::random_device rd;
+  std::string key;
+  static const char kHex[] = "0123456789abcdef";
+  while (key.size() < kKeyBytes) {
+    const uint32_t word = rd();
+    for (int shift = 0; shift < 32 && key.size() < kKeyBytes; shift += 4) {
+      key += kHex[(word >> shift) & 15];
     }
   }
-  return run;
+  return key;
+}
+
+// Nesting depth of a JSON text (brackets outside strings): a candidate writes its own result
+// lines, and copying or printing a deeply nested value recurses.
+int JsonDepth(const std::string& text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char ch : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (ch == '\\') {
+        escaped = true;
+      } else if (ch == '"') {
+        in_string = false;
+      }
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '[' || ch == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (ch == ']' || ch == '}') {
+      --depth;
+    }
+  }
+  return deepest;
 }
 
 // A verdict from how the candidate's process ended (as a sandbox outcome) and what it wrote:
@@ -389,6 +404,8 @@ Verdict Judge(SandboxOutcome outcome, int signal, const std::string& setup_error
     long index = 0;
     std::string rest;
     if (!(fields >> index) || !std::getline(fields, rest)) continue;
+    // The harness's encoder stops at Python's recursion limit (~1000 levels).
+    if (JsonDepth(rest) > 2000) continue;
     json obj = json::parse(rest, nullptr, false);
     if (obj.is_discarded() || !obj.is_object()) continue;
     if (index == -1 && obj.contains("load_error") && obj["load_error"].is_string()) {
@@ -397,7 +414,7 @@ Verdict Judge(SandboxOutcome outcome, int signal, const std::string& setup_error
       v.detail = "candidate did not load: " + obj["load_error"].get<std::string>();
       return v;
     }
-    if (index >= 0 && size_t(index) < results.size()) results[size_t(index)] = obj;
+    if (index >= 0 && size_t(index) < results.size()) results[size_t(index)] = std::move(obj);
   }
   int passed = 0;
   for (size_t i = 0; i < results.size(); ++i) {
@@ -411,7 +428,7 @@ Verdict Judge(SandboxOutcome outcome, int signal, const std::string& setup_error
       v.outcome =
           res["error"] == "MemoryError" ? pb::OUTCOME_MEMORY_LIMIT : pb::OUTCOME_RUNTIME_ERROR;
       v.detail = "case " + std::to_string(i) + " raised " +
-                 (res["error"].is_string() ? res["error"].get<std::string>() : res["error"].dump());
+                 (res["error"].is_string() ? res["error"].get<std::string>() : "?");
       return v;
     }
     const json expected = json::parse(cand.tests[i].expected_json, nullptr, false);
@@ -474,7 +491,13 @@ std::vector<Verdict> VerifyPythonFunctions(const std::vector<PythonCandidate>& c
   int failed_runs = 0;     // in a row, without a verdict
   double unbilled_ms = 0;  // CPU time of those runs
   std::string failure;
+  // Judges candidate c alone, in a call of its own, adding `cpu_ms` to its CPU time.
+  auto alone = [&](size_t c, double cpu_ms) {
+    verdicts[c] = VerifyPythonFunctions({candidates[c]}, limits, infra_attempts)[0];
+    verdicts[c].cpu_ms += cpu_ms;
+  };
   while (!pending.empty()) {
+    const std::string key = RunKey();
     SandboxRequest req;
     req.limits = limits;
     // The run's own limits hold all of its candidates (the harness gives each its own).
@@ -483,69 +506,23 @@ std::vector<Verdict> VerifyPythonFunctions(const std::vector<PythonCandidate>& c
         std::min<uint64_t>(UINT32_MAX, per * (4 * uint64_t(limits.wall_timeout_ms) + 300) + 2000));
     req.limits.cpu_seconds =
         uint32_t(std::min<uint64_t>(UINT32_MAX, per * uint64_t(limits.cpu_seconds) + 2));
-    req.limits.max_output_bytes = per * (limits.max_output_bytes + 64) + 4096;
+    req.limits.max_output_bytes = per * (limits.max_output_bytes + 2 * key.size() + 128) + 4096;
     req.limits.max_processes = limits.max_processes + 1;  // the harness
     req.files.emplace_back("harness.py", kHarness);
+    req.stdin_data = key;
     for (size_t c : pending) req.stdin_data += frames[c];
     req.argv = {"/usr/bin/python3",
                 "-I",
                 "-S",
                 "harness.py",
                 std::to_string(limits.wall_timeout_ms),
-                std::to_string(limits.max_output_bytes),
-                std::to_string(std::max<uint32_t>(1, limits.cpu_seconds))};
+                std::to_string(std::max<uint32_t>(1, limits.cpu_seconds)),
+                std::to_string(key.size())};
     auto r = RunSandboxed(req);
-    std::vector<size_t> judged;
-    size_t started = 0;
-    bool rerun_alone = false;
-    if (!r.ok()) {
-      failure = r.status().ToString();
-    } else if (r->outcome == SandboxOutcome::kSetupFailed) {
-      failure = "sandbox: " + r->setup_error;
-    } else {
-      const RunReport run = ParseRun(r->stdout_data, per);
-      const bool harness_broke = r->outcome == SandboxOutcome::kExited && r->exit_code != 0;
-      for (size_t k = 0; k < pending.size(); ++k) started += run.candidates[k].started;
-      for (size_t k = 0; k < pending.size(); ++k) {
-        const CandidateReport& rep = run.candidates[k];
-        const PythonCandidate& cand = candidates[pending[k]];
-        if (rep.ended) {
-          int signal = 0;
-          const SandboxOutcome how = EndedAs(rep.end, *r, &signal);
-          verdicts[pending[k]] = Judge(how, signal, "", rep.data, cand);
-        } else if (rep.started && k == 0 && !harness_broke) {
-          // The run ended while its first candidate ran: as in a run of its own, the run's end
-          // is its end. (A later candidate goes first in the next run instead: what ended this
-          // one may have been left by an earlier candidate.)
-          verdicts[pending[k]] = Judge(r->outcome, r->signal, r->setup_error, rep.data, cand);
-        } else {
-          break;
-        }
-        judged.push_back(pending[k]);
-      }
-      // The run's cgroup killed a process at its memory limit, which may have been a process a
-      // candidate left, or one of a later candidate: each candidate that ran is run again alone.
-      rerun_alone = r->outcome == SandboxOutcome::kMemoryLimit && started > 1;
-      if (judged.empty()) {
-        failure = harness_broke ? "the harness failed: " + r->stderr_data.substr(0, 200)
-                                : "the run judged no candidate";
-      }
-    }
-    const double cpu_ms = r.ok() ? r->cpu_ms : 0;
-    if (rerun_alone) {
-      const size_t ran = std::min(pending.size(), std::max(started, judged.size()));
-      for (size_t k = 0; k < ran; ++k) {
-        const size_t c = pending[k];
-        verdicts[c] = VerifyPythonFunctions({candidates[c]}, limits, infra_attempts)[0];
-        verdicts[c].cpu_ms += (cpu_ms + unbilled_ms) / double(ran);
-      }
-      unbilled_ms = 0;
-      failed_runs = 0;
-      pending.erase(pending.begin(), pending.begin() + long(ran));
-      continue;
-    }
-    if (judged.empty()) {
-      unbilled_ms += cpu_ms;
+    const double cpu_ms = (r.ok() ? r->cpu_ms : 0) + unbilled_ms;
+    if (!r.ok() || r->outcome == SandboxOutcome::kSetupFailed) {
+      failure = r.ok() ? "sandbox: " + r->setup_error : r.status().ToString();
+      unbilled_ms = cpu_ms;
       if (++failed_runs >= std::max(1, infra_attempts)) {
         for (size_t c : pending) {
           verdicts[c].outcome = pb::OUTCOME_INFRA_ERROR;
@@ -557,9 +534,67 @@ std::vector<Verdict> VerifyPythonFunctions(const std::vector<PythonCandidate>& c
       }
       continue;
     }
-    const double share = (cpu_ms + unbilled_ms) / double(judged.size());
+    const std::vector<CandidateReport> run = ParseRun(r->stdout_data, key, per);
+    size_t started = 0;
+    for (const CandidateReport& rep : run) started += rep.started;
+    // The run's cgroup killed a process at its memory limit, which may have been a process a
+    // candidate left, or one of a later candidate: each candidate that ran is run again alone.
+    if (r->outcome == SandboxOutcome::kMemoryLimit && started > 1) {
+      for (size_t k = 0; k < started; ++k) alone(pending[k], cpu_ms / double(started));
+      pending.erase(pending.begin(), pending.begin() + long(started));
+      unbilled_ms = 0;
+      failed_runs = 0;
+      continue;
+    }
+    const bool harness_broke = r->outcome == SandboxOutcome::kExited && r->exit_code != 0;
+    std::vector<size_t> judged;
+    for (size_t k = 0; k < pending.size(); ++k) {
+      const CandidateReport& rep = run[k];
+      const PythonCandidate& cand = candidates[pending[k]];
+      if (rep.ended) {
+        int signal = 0;
+        SandboxOutcome how = EndedAs(rep.end, *r, &signal);
+        if (rep.data.size() > limits.max_output_bytes + 1) how = SandboxOutcome::kOutputLimit;
+        verdicts[pending[k]] = Judge(how, signal, "", rep.data, cand);
+      } else if (rep.started && k == 0 && !harness_broke) {
+        // The run ended while its first candidate ran: as in a run of its own, the run's end is
+        // its end. (A later candidate goes first in the next run instead: what ended this one
+        // may have been left by an earlier candidate.)
+        const SandboxOutcome how = rep.data.size() > limits.max_output_bytes + 1
+                                       ? SandboxOutcome::kOutputLimit
+                                       : r->outcome;
+        verdicts[pending[k]] = Judge(how, r->signal, r->setup_error, rep.data, cand);
+      } else {
+        break;
+      }
+      judged.push_back(pending[k]);
+    }
+    if (judged.empty() && harness_broke && run[0].started && n > 1) {
+      // The harness broke while the first candidate ran: that candidate is retried alone (and
+      // only it can end up an infrastructure error); the rest go on.
+      alone(pending[0], cpu_ms);
+      pending.erase(pending.begin());
+      unbilled_ms = 0;
+      failed_runs = 0;
+      continue;
+    }
+    if (judged.empty()) {
+      failure = harness_broke ? "the harness failed: " + r->stderr_data.substr(0, 200)
+                              : "the run judged no candidate";
+      unbilled_ms = cpu_ms;
+      if (++failed_runs >= std::max(1, infra_attempts)) {
+        for (size_t c : pending) {
+          verdicts[c].outcome = pb::OUTCOME_INFRA_ERROR;
+          verdicts[c].detail = failure;
+          verdicts[c].attempts = failed_runs;
+          verdicts[c].cpu_ms = unbilled_ms / double(pending.size());
+        }
+        break;
+      }
+      continue;
+    }
     for (size_t c : judged) {
-      verdicts[c].cpu_ms = share;
+      verdicts[c].cpu_ms = cpu_ms / double(judged.size());
       verdicts[c].attempts = failed_runs + 1;
     }
     unbilled_ms = 0;

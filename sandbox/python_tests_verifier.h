@@ -11,24 +11,28 @@
 // advantage):
 //  - its process has a session of its own, the run's rlimits afresh and its own wall-clock limit,
 //    which does not count the time it waited for a CPU (its schedstat run delay, at most 4x the
-//    limit in all) if it ran as one thread of one process; its stdout and stderr go nowhere, its
-//    results to a pipe of its own, capped at the run's output limit;
-//  - before its results are final, every process in the sandbox but the harness is killed and
-//    reaped (the harness is PID 1 and signals -1); then /work is emptied;
+//    limit in all) if it ran as one thread of one process; it writes its results to the run's
+//    stdout, between the harness's start and end frames, which carry a per-run key that its copy
+//    of the harness's memory no longer holds (it cannot forge a frame); what it writes there
+//    counts against its own output limit;
+//  - before its end is framed, every process in the sandbox but the harness is killed and reaped
+//    (the harness is PID 1 and signals -1); then /work is emptied;
 //  - it cannot reach the harness or what the harness passes on: the harness is not dumpable, no
 //    process in the sandbox holds a capability, signals to PID 1 are dropped, seccomp refuses
 //    setting another process's priority, affinity or rlimits and kernel-persistent IPC objects
 //    (sandbox/seccomp_filter.h), and a harness whose OOM score, autogroup, priority, affinity or
 //    rlimits changed anyway hands the rest to a fresh sandbox;
-//  - nothing of an earlier candidate is in the memory it starts with: sources arrive on stdin one
-//    at a time (the rest wait in the kernel's socket buffer), and sources and results only pass
-//    through buffers the harness zeroes;
+//  - nothing of an earlier candidate's code or results is in the memory it starts with: sources
+//    arrive on stdin one at a time (the rest wait in the kernel's socket buffer) and pass only
+//    through a buffer the harness zeroes, and the harness never reads a result (what it keeps of
+//    an earlier candidate is how its process ended and the sizes of its stdin frame);
 //  - a candidate killed by SIGKILL (the hard CPU limit, or the run's cgroup at its memory limit)
 //    ends the run, so that the run's cgroup tells which; a run that ends while a candidate other
 //    than its first runs does not judge it, and one whose cgroup killed anything at its memory
 //    limit runs again, alone, every candidate that ran in it.
-// Sandbox set-up failures are retried (infra_attempts runs in a row that judge nothing); what is
-// left after them is OUTCOME_INFRA_ERROR.
+// A harness that breaks while a candidate runs has that candidate retried alone. Sandbox set-up
+// failures are retried (infra_attempts runs in a row that judge nothing); what is left after them
+// is OUTCOME_INFRA_ERROR. Result lines nested deeper than 2000 levels are ignored.
 #pragma once
 
 #include <string>

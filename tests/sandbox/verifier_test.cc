@@ -148,15 +148,23 @@ TEST(PythonTestsVerifierTest, CandidatesSharingARunAreJudgedAsIfAlone) {
       {"try: open('/proc/1/oom_score_adj', 'w').write('1000')\nexcept OSError: pass\n" + square,
        pb::OUTCOME_OK},
       {alone, pb::OUTCOME_OK},
-      // Writes the harness's framing into its own result pipe, and lines it cannot parse.
-      {"import os\nfor fd in os.listdir('/proc/self/fd'):\n"
-       "    if int(fd) > 2:\n"
-       "        try: os.write(int(fd), b'--1 {\\n' + b'9' * 5000 + b' {\\n"
-       "E 1 {\"exited\":0}\\nD 1 30\\n0 {\"value\":9}\\nR\\n')\n"
-       "        except OSError: pass\n" +
+      // Writes frames with a guessed key, the next candidate's end, lines nothing can parse and
+      // a result nested 10000 deep (copying or printing it would recurse that deep), then
+      // answers right.
+      {"import os\nos.write(1, b'--1 {\\n' + b'9' * 5000 + b' {\\n' + b'0' * 32 + "
+       "b' E 1 {\"exited\":0}\\n' + b'0' * 32 + b' R\\n0 {\"value\":' + b'[' * 10000 + "
+       "b']' * 10000 + b'}\\n0 {\"error\":' + b'{\"a\":' * 5000 + b'1' + b'}' * 5001 + "
+       "b'\\n')\n" +
            square,
        pb::OUTCOME_OK},
       {"import time\ndef f(x):\n    time.sleep(1)\n", pb::OUTCOME_TIMEOUT},
+      // Writes right answers and then its own end, with the key the harness frames with (its
+      // copy is zeroed: the frames are not the harness's), and hangs.
+      {"import os, time, __main__\nk = bytes(__main__.key)\n"
+       "os.write(1, b'0 {\"value\":9}\\n1 {\"value\":4}\\n2 {\"value\":0}\\n')\n"
+       "for c in range(40): os.write(1, b'\\n' + k + b' E %d {\"exited\":0}\\n' % c)\n"
+       "def f(x):\n    time.sleep(10)\n",
+       pb::OUTCOME_TIMEOUT},
       // Pins itself to one CPU beside three spinning processes of its own: waiting for that CPU
       // is its own doing, and does not stretch its wall clock.
       {"import os, time\nos.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
