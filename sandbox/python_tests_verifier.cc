@@ -490,7 +490,19 @@ std::vector<Verdict> VerifyPythonFunctions(const std::vector<PythonCandidate>& c
   }
   int failed_runs = 0;     // in a row, without a verdict
   double unbilled_ms = 0;  // CPU time of those runs
-  std::string failure;
+  // A run that judged nothing; false once infra_attempts of them in a row have made every
+  // candidate still pending an infrastructure error.
+  auto retry = [&](const std::string& failure, double cpu_ms) {
+    unbilled_ms = cpu_ms;
+    if (++failed_runs < std::max(1, infra_attempts)) return true;
+    for (size_t c : pending) {
+      verdicts[c].outcome = pb::OUTCOME_INFRA_ERROR;
+      verdicts[c].detail = failure;
+      verdicts[c].attempts = failed_runs;
+      verdicts[c].cpu_ms = unbilled_ms / double(pending.size());
+    }
+    return false;
+  };
   // Judges candidate c alone, in a call of its own, adding `cpu_ms` to its CPU time.
   auto alone = [&](size_t c, double cpu_ms) {
     verdicts[c] = VerifyPythonFunctions({candidates[c]}, limits, infra_attempts)[0];
@@ -521,17 +533,7 @@ std::vector<Verdict> VerifyPythonFunctions(const std::vector<PythonCandidate>& c
     auto r = RunSandboxed(req);
     const double cpu_ms = (r.ok() ? r->cpu_ms : 0) + unbilled_ms;
     if (!r.ok() || r->outcome == SandboxOutcome::kSetupFailed) {
-      failure = r.ok() ? "sandbox: " + r->setup_error : r.status().ToString();
-      unbilled_ms = cpu_ms;
-      if (++failed_runs >= std::max(1, infra_attempts)) {
-        for (size_t c : pending) {
-          verdicts[c].outcome = pb::OUTCOME_INFRA_ERROR;
-          verdicts[c].detail = failure;
-          verdicts[c].attempts = failed_runs;
-          verdicts[c].cpu_ms = unbilled_ms / double(pending.size());
-        }
-        break;
-      }
+      if (!retry(r.ok() ? "sandbox: " + r->setup_error : r.status().ToString(), cpu_ms)) break;
       continue;
     }
     const std::vector<CandidateReport> run = ParseRun(r->stdout_data, key, per);
@@ -551,19 +553,19 @@ std::vector<Verdict> VerifyPythonFunctions(const std::vector<PythonCandidate>& c
     for (size_t k = 0; k < pending.size(); ++k) {
       const CandidateReport& rep = run[k];
       const PythonCandidate& cand = candidates[pending[k]];
+      // (+1: the newline before the end frame.)
+      const bool over_output = rep.data.size() > limits.max_output_bytes + 1;
       if (rep.ended) {
         int signal = 0;
-        SandboxOutcome how = EndedAs(rep.end, *r, &signal);
-        if (rep.data.size() > limits.max_output_bytes + 1) how = SandboxOutcome::kOutputLimit;
-        verdicts[pending[k]] = Judge(how, signal, "", rep.data, cand);
+        const SandboxOutcome how = EndedAs(rep.end, *r, &signal);
+        verdicts[pending[k]] =
+            Judge(over_output ? SandboxOutcome::kOutputLimit : how, signal, "", rep.data, cand);
       } else if (rep.started && k == 0 && !harness_broke) {
         // The run ended while its first candidate ran: as in a run of its own, the run's end is
         // its end. (A later candidate goes first in the next run instead: what ended this one
         // may have been left by an earlier candidate.)
-        const SandboxOutcome how = rep.data.size() > limits.max_output_bytes + 1
-                                       ? SandboxOutcome::kOutputLimit
-                                       : r->outcome;
-        verdicts[pending[k]] = Judge(how, r->signal, r->setup_error, rep.data, cand);
+        verdicts[pending[k]] = Judge(over_output ? SandboxOutcome::kOutputLimit : r->outcome,
+                                     r->signal, r->setup_error, rep.data, cand);
       } else {
         break;
       }
@@ -579,16 +581,9 @@ std::vector<Verdict> VerifyPythonFunctions(const std::vector<PythonCandidate>& c
       continue;
     }
     if (judged.empty()) {
-      failure = harness_broke ? "the harness failed: " + r->stderr_data.substr(0, 200)
-                              : "the run judged no candidate";
-      unbilled_ms = cpu_ms;
-      if (++failed_runs >= std::max(1, infra_attempts)) {
-        for (size_t c : pending) {
-          verdicts[c].outcome = pb::OUTCOME_INFRA_ERROR;
-          verdicts[c].detail = failure;
-          verdicts[c].attempts = failed_runs;
-          verdicts[c].cpu_ms = unbilled_ms / double(pending.size());
-        }
+      if (!retry(harness_broke ? "the harness failed: " + r->stderr_data.substr(0, 200)
+                               : "the run judged no candidate",
+                 cpu_ms)) {
         break;
       }
       continue;
