@@ -207,12 +207,15 @@ TEST_F(PipelineTest, FourTenantsLearnTogether) {
     // 0.94 and the last checkpoint could land in a dip (a countdown tenant once ended below its
     // base).
     // Judged on 512 held-out samples: the sampled estimate's noise on a difference is then
-    // ~0.03, and a tenant must gain 0.08 (with 40 steps and 256 samples a countdown tenant once
-    // gained 0.08 where 0.1 was asked; its other runs gained 0.12-0.2). 70 steps: the base is
+    // ~0.03 (with 40 steps and 256 samples a countdown tenant once gained 0.08 where 0.1 was
+    // asked; its other runs gained 0.12-0.2). 70 steps, then 90: the base is
     // pretrained by the build under test, so a kernel's rounding changes it; one whose countdown
     // reward starts at 0.40-0.44 (not 0.29) gained only 0.055-0.13 in 50 steps, and 0.12-0.19
     // in 70 (two runs each); then, with Python groups verified faster, 0.153-0.175 here but
-    // 0.034 in a CI run whose machine was also building: 90 steps.
+    // 0.034 in a CI run whose machine was also building: 90 steps. The calculator tenant learns
+    // least: +0.12-0.15 in three runs here, +0.061 in a CI run, +0.088 and +0.135 with 110 steps.
+    // Hence each tenant must gain 0.05 (a tenant that does not learn: 0 +- 0.03) and the four
+    // 0.1 on average.
     pb::JobSpec j = SmallJob(id, task, 90, 21 + jobs.size());
     j.mutable_dataset()->set_eval_prompts(512);
     j.set_group_size(8);
@@ -225,6 +228,7 @@ TEST_F(PipelineTest, FourTenantsLearnTogether) {
   }
   // A liveness bound, not a speed target: about 120 s here.
   ASSERT_TRUE(RunUntil([&] { return service_->AllDone(); }, 280)) << "training did not finish";
+  double gains = 0;
   for (const pb::JobSpec& j : jobs) {
     const std::string model = TestBaseModel();
     const std::string latest = ReadAll(TenantDir(j.tenant()) + "/checkpoints/LATEST");
@@ -232,8 +236,10 @@ TEST_F(PipelineTest, FourTenantsLearnTogether) {
     const double trained = HeldOutSampledReward(
         model, j, TenantDir(j.tenant()) + "/checkpoints/" + latest.substr(0, latest.find('\n')));
     std::printf("%-6s held-out sampled reward %.3f -> %.3f\n", j.tenant().c_str(), base, trained);
-    EXPECT_GE(trained, base + 0.08) << j.tenant() << " did not learn";
+    EXPECT_GE(trained, base + 0.05) << j.tenant() << " did not learn";
+    gains += trained - base;
   }
+  EXPECT_GE(gains / double(jobs.size()), 0.1) << "the tenants learnt too little on average";
 }
 
 // Tenants competing for the rollout's batch get turns in round robin: two tenants of the same
