@@ -1,11 +1,11 @@
 // PreparedSandbox: a sandbox built up to the point where only the request is missing. The helper
 // process has joined the run's cgroup, dropped to nobody and entered new user, pid, network,
-// mount, IPC, UTS and cgroup namespaces; the program process (PID 1 of the pid namespace) has
-// pivoted into a fresh tmpfs root (read-only /usr binds, private /proc with a read-only
-// /proc/sys, /dev with null, zero and urandom, a tmpfs /work also seen as /tmp) and waits on a
-// socket for the request. Launch() sends it; the program then sizes /work, writes the files, sets
-// rlimits, gives up every capability (securebits: none at execve either), sets no_new_privs and
-// the seccomp deny-list, and execs.
+// mount, IPC, UTS and cgroup namespaces; the program process (PID 1 of the pid namespace, in a
+// session of its own) has pivoted into a fresh tmpfs root (read-only /usr binds, private /proc
+// with a read-only /proc/sys, /dev with null, zero and urandom, a tmpfs /work also seen as /tmp)
+// and waits on a socket for the request. Launch() sends it; the program then sizes /work, writes
+// the files, sets rlimits, gives up every capability (securebits: none at execve either), sets
+// no_new_privs and the seccomp deny-list, and execs.
 //
 // Every run gets a sandbox of its own, prepared at the call or ahead of it (sandbox_pool.h):
 // nothing of one run can reach another. An unused one dies with its creator: the helper has

@@ -99,11 +99,11 @@ def candidate(src, fname, inputs):
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
         code = bytes(src)
         src[:] = bytes(len(src))
-        def report(key, value, i=-1):
-            line = ('%d {"%s":%s}\n' % (i, key, enc(value))).encode()
+        def report(kind, value, i=-1):
+            line = ('%d {"%s":%s}\n' % (i, kind, enc(value))).encode()
             while line:
                 line = line[os.write(1, line):]
-        out = sys.stdout = sys.stderr = open(os.devnull, 'w')
+        sys.stdout = sys.stderr = open(os.devnull, 'w')  # its prints go nowhere
         try:
             ns = {'__name__': 'candidate'}
             exec(compile(code, 'candidate.py', 'exec'), ns)
@@ -444,7 +444,6 @@ Verdict Judge(SandboxOutcome outcome, int signal, const std::string& setup_error
 // run (the harness stops there), so the run's cgroup says whether it was the memory limit.
 SandboxOutcome EndedAs(const json& end, const SandboxResult& run, int* signal) {
   if (end.contains("timeout")) return SandboxOutcome::kTimeout;
-  if (end.contains("output_limit")) return SandboxOutcome::kOutputLimit;
   if (end.contains("signaled") && end["signaled"].is_number_integer()) {
     *signal = end["signaled"].get<int>();
     if (*signal == 9 && run.outcome == SandboxOutcome::kMemoryLimit) {

@@ -100,7 +100,7 @@ TEST(PythonTestsVerifierTest, ResourceOutcomesAreDistinguished) {
 TEST(PythonTestsVerifierTest, CandidatesSharingARunAreJudgedAsIfAlone) {
   const std::string square = "def f(x):\n    return x * x\n";
   // Passes only in a sandbox as fresh as its own run: nothing in /work, no process but itself
-  // and PID 1, default priority, and the run's CPU limit.
+  // and PID 1, default priority and OOM score, and the run's CPU limit.
   const std::string alone =
       "import os, resource\n"
       "fresh = (os.listdir('/work') == [] and os.getpriority(os.PRIO_PROCESS, 0) == 0 and\n"
@@ -197,8 +197,6 @@ TEST(PythonTestsVerifierTest, CandidatesSharingARunAreJudgedAsIfAlone) {
   }
 }
 
-// Each candidate brings its own function and tests; none of a candidate's expected values is
-// needed to judge another.
 // Nothing of a candidate (its source, its results) is left in the harness's memory, which the
 // next candidate's process starts as a copy of: the second candidate searches its whole address
 // space for markers the first one's source and results carry.
@@ -228,6 +226,8 @@ TEST(PythonTestsVerifierTest, ALaterCandidateFindsNothingOfAnEarlierOneInItsMemo
   EXPECT_EQ(v[1].attempts, 1);
 }
 
+// Each candidate brings its own function and tests; none of a candidate's expected values is
+// needed to judge another.
 TEST(PythonTestsVerifierTest, EachCandidateHasItsOwnFunctionAndTests) {
   std::vector<PythonCandidate> group = {
       {"def f(x):\n    return x * x\n", "f", {{"[3]", "9"}}},
