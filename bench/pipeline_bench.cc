@@ -194,6 +194,7 @@ Result<PipelineRun> RunPipelineMode(const std::string& mode, int tenants, uint64
       c.work_ns += v.verifier.work_ns;
       c.tool_calls += v.verifier.tool_calls;
       c.tool_ns += v.verifier.tool_ns;
+      c.tool_calls_shared += v.rollout.tool_calls_shared;
       c.groups_trained += v.trainer.groups;
       c.groups_degenerate += v.trainer.groups_degenerate;
       c.rows_trained += v.trainer.samples;

@@ -110,6 +110,10 @@ struct TenantMetrics {
   // after its shared prompt padded to the step's longest, plus each shared prompt once
   // (rl::TenantStepResult::own_padded_tokens; the simulator buckets tenants by it per row).
   uint64_t padded_tokens;
+  // Rollout: tool calls made with the same context (prompt and every token since) as a call an
+  // earlier completion of the same group made. Their results are equal; resumed in one pass,
+  // only one of them is computed (model::Generator), which the simulator models.
+  uint64_t tool_calls_shared;
   char last_error[96];  // the latest problem of this tenant in this stage ("" when none)
 };
 

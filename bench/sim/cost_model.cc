@@ -172,14 +172,17 @@ Result<CostProfile> CostProfileFromJson(const std::string& text) {
     if (!doc["tasks"].is_object()) return FieldError("tasks", "must be an object");
     for (auto it = doc["tasks"].begin(); it != doc["tasks"].end(); ++it) {
       const std::string where = "tasks." + it.key();
-      MARLAAS_RETURN_IF_ERROR(CheckKeys(it.value(), where,
-                                        {"prompt_tokens", "completion_tokens", "tool_calls",
-                                         "verify_s", "tool_s", "degenerate", "trained_tokens"}));
+      MARLAAS_RETURN_IF_ERROR(
+          CheckKeys(it.value(), where,
+                    {"prompt_tokens", "completion_tokens", "tool_calls", "shared_tool_calls",
+                     "verify_s", "tool_s", "degenerate", "trained_tokens"}));
       TaskCost t;
       MARLAAS_RETURN_IF_ERROR(ReadNumber(*it, where, "prompt_tokens", 1, 1e6, &t.prompt_tokens));
       MARLAAS_RETURN_IF_ERROR(
           ReadNumber(*it, where, "completion_tokens", 1, 1e6, &t.completion_tokens));
       MARLAAS_RETURN_IF_ERROR(ReadNumber(*it, where, "tool_calls", 0, 1000, &t.tool_calls));
+      MARLAAS_RETURN_IF_ERROR(
+          ReadNumber(*it, where, "shared_tool_calls", 0, 1, &t.shared_tool_calls));
       MARLAAS_RETURN_IF_ERROR(ReadNumber(*it, where, "verify_s", 0, 3600, &t.verify_s));
       MARLAAS_RETURN_IF_ERROR(ReadNumber(*it, where, "tool_s", 0, 3600, &t.tool_s));
       MARLAAS_RETURN_IF_ERROR(ReadNumber(*it, where, "degenerate", 0, 1, &t.degenerate));
@@ -204,13 +207,11 @@ std::string CostProfileToJson(const CostProfile& p) {
               {"trainer", p.trainer.c},
               {"tasks", json::object()}};
   for (const auto& [name, t] : p.tasks) {
-    doc["tasks"][name] = {{"prompt_tokens", t.prompt_tokens},
-                          {"completion_tokens", t.completion_tokens},
-                          {"tool_calls", t.tool_calls},
-                          {"verify_s", t.verify_s},
-                          {"tool_s", t.tool_s},
-                          {"degenerate", t.degenerate},
-                          {"trained_tokens", t.trained_tokens}};
+    doc["tasks"][name] = {
+        {"prompt_tokens", t.prompt_tokens}, {"completion_tokens", t.completion_tokens},
+        {"tool_calls", t.tool_calls},       {"shared_tool_calls", t.shared_tool_calls},
+        {"verify_s", t.verify_s},           {"tool_s", t.tool_s},
+        {"degenerate", t.degenerate},       {"trained_tokens", t.trained_tokens}};
   }
   return doc.dump(2) + "\n";
 }

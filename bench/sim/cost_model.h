@@ -11,7 +11,8 @@
 //                                                             tokens, tenants with rows to train)
 //    (c_cold: added to a pass after its engine idled; a profile of 4 numbers has none)
 //    "tasks": {"arithmetic": {"prompt_tokens": 12, "completion_tokens": 4, "tool_calls": 0,
-//              "verify_s": 0.0001, "tool_s": 0, "degenerate": 0.3, "trained_tokens": 16}, ...}}
+//              "shared_tool_calls": 0, "verify_s": 0.0001, "tool_s": 0, "degenerate": 0.3,
+//              "trained_tokens": 16}, ...}}
 // Pure functions and plain data.
 #pragma once
 
@@ -50,6 +51,10 @@ struct TaskCost {
   double verify_s = 0;           // verifier work to score one group
   double tool_s = 0;             // verifier work for one tool call
   double degenerate = 0;         // fraction of groups whose rewards were all equal (not trained)
+  // The share of tool calls whose context equals one an earlier completion of its group made
+  // (TenantMetrics::tool_calls_shared): the same call at the same point, whose result resumes
+  // its sequence in the same pass as the other's, where the two are computed once.
+  double shared_tool_calls = 0;
   // Positions a trained row takes in its tenant's step (its share of the group's prompt, computed
   // once, and the rest padded to the step's longest). The simulated trainer buckets tenants by
   // it as rl::MultiTenantStep does.

@@ -1,5 +1,7 @@
 #include "bench/sim/measured_run.h"
 
+#include <algorithm>
+
 namespace marlaas::sim {
 namespace {
 
@@ -72,6 +74,7 @@ json MeasuredRunToJson(const MeasuredRun& r) {
 #define MARLAAS_TO_JSON(f) o[#f] = t.f;
     MARLAAS_TASK_SUM_FIELDS(MARLAAS_TO_JSON)
 #undef MARLAAS_TO_JSON
+    o["tool_calls_shared"] = t.tool_calls_shared;
     tasks[name] = o;
   }
   return {{"mode", r.mode},
@@ -160,6 +163,8 @@ Result<MeasuredRun> MeasuredRunFromJson(const json& j, const std::string& where)
 #define MARLAAS_FROM_JSON(f) t.f = it.value().at(#f).get<uint64_t>();
       MARLAAS_TASK_SUM_FIELDS(MARLAAS_FROM_JSON)
 #undef MARLAAS_FROM_JSON
+      // Older files have no count of shared calls: their calls are all replayed as distinct.
+      t.tool_calls_shared = it.value().value("tool_calls_shared", uint64_t(0));
     } catch (const json::exception& e) {
       return Bad(where, field, std::string("missing or mistyped count (") + e.what() + ")");
     }
@@ -176,6 +181,8 @@ std::map<std::string, TaskCost> TaskCostsOf(const std::map<std::string, TaskCost
     t.completion_tokens =
         Ratio(double(s.completion_tokens), double(s.completions), t.completion_tokens);
     t.tool_calls = Ratio(double(s.tool_calls), double(s.completions), 0);
+    t.shared_tool_calls =
+        std::min(1.0, Ratio(double(s.tool_calls_shared), double(s.tool_calls), 0));
     t.verify_s = Ratio(double(s.work_ns) * 1e-9, double(s.groups_scored), 0);
     t.tool_s = Ratio(double(s.tool_ns) * 1e-9, double(s.tool_calls), 0);
     t.degenerate = Ratio(double(s.groups_degenerate), double(s.groups_trained), 0);
@@ -200,6 +207,7 @@ void MergeRunCosts(const RunCosts& from, RunCosts* into) {
 #define MARLAAS_ADD(f) s.f += t.f;
     MARLAAS_TASK_SUM_FIELDS(MARLAAS_ADD)
 #undef MARLAAS_ADD
+    s.tool_calls_shared += t.tool_calls_shared;
   }
 }
 

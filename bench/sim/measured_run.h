@@ -27,6 +27,7 @@ struct TaskCostSums {
   uint64_t groups_trained = 0, groups_degenerate = 0;  // trainer
   uint64_t rows_trained = 0, tokens_trained = 0;       // trainer
   uint64_t padded_tokens_trained = 0;  // trainer: positions computed (shm/metrics.h)
+  uint64_t tool_calls_shared = 0;      // rollout: calls with an earlier sibling's context
 };
 
 struct RunCosts {

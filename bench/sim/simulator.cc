@@ -64,6 +64,9 @@ struct Sequence {
   // It joins with its group's prompt, which the group's first sequence computes in the same pass
   // (model::Generator): no tokens of its own in that pass.
   bool copies_prompt = false;
+  // Its tool call's context is that of this sequence's (its own, or an earlier sibling's whose
+  // call it shares, TaskCost::shared_tool_calls): resuming in the same pass, they compute once.
+  int call_context = -1;
 };
 
 class Simulator {
@@ -97,6 +100,9 @@ class Simulator {
     std::vector<int> tenants;
     std::vector<int> active;    // sequences in the batch
     std::deque<int> returning;  // parked sequences whose tool result came back
+    // It looks at its tool results (procs/rollout DrainToolResults) after each pass, and idle
+    // when it wakes: a result that comes back meanwhile waits until then.
+    bool look = false;
   };
   struct Trainer {
     int device = 0;
@@ -199,6 +205,7 @@ void Simulator::WakeReplica(int replica, double delay, bool trainer) {
     Replica& r = replicas_[size_t(replica)];
     if (r.wake_at > now_ + kEps) return;  // superseded by an earlier wake that already ran
     r.wake_at = std::numeric_limits<double>::infinity();
+    r.look = true;
     SyncReplica(r);
   });
 }
@@ -220,6 +227,14 @@ void Simulator::StartGroup(Replica& r, Tenant& t) {
   groups_.push_back({t.id, s_.group_size, u(rng_) < t.task->degenerate});
   ++t.started;
   const double mean = t.task->completion_tokens;
+  // A call after the group's first shares that one's context with the chance that makes the
+  // task's measured share of shared calls: of its expected g*c calls, all but the first of a
+  // group with any (1 - (1-c)^g of them) can share.
+  const double c = std::min(1.0, t.task->tool_calls), gs = double(s_.group_size);
+  const double later_calls = gs * c - (1.0 - std::pow(1.0 - c, gs));
+  const double p_share =
+      later_calls > kEps ? std::min(1.0, t.task->shared_tool_calls * gs * c / later_calls) : 0;
+  int first_call = -1;  // the group's first sequence with a tool call
   for (int i = 0; i < s_.group_size; ++i) {
     Sequence q;
     q.group = g;
@@ -227,8 +242,19 @@ void Simulator::StartGroup(Replica& r, Tenant& t) {
     // Lengths floor(mean) or ceil(mean), in the proportion that keeps the task's mean.
     const double lo = std::floor(mean);
     q.length = std::max(1, int(lo) + (u(rng_) < mean - lo ? 1 : 0));
-    if (u(rng_) < std::min(1.0, t.task->tool_calls) && q.length >= 2)
-      q.tool_at = std::clamp(int(std::lround(kToolAt * q.length)), 1, q.length - 1);
+    if (u(rng_) < c && q.length >= 2) {
+      const int id = int(seqs_.size());
+      if (first_call >= 0 && u(rng_) < p_share) {
+        // The same tokens up to the same call; it goes on at least one token after it.
+        q.call_context = first_call;
+        q.tool_at = seqs_[size_t(first_call)].tool_at;
+        q.length = std::max(q.length, q.tool_at + 1);
+      } else {
+        q.call_context = id;
+        q.tool_at = std::clamp(int(std::lround(kToolAt * q.length)), 1, q.length - 1);
+      }
+      if (first_call < 0) first_call = id;
+    }
     q.prefill = i == 0 ? t.task->prompt_tokens : 0;
     q.copies_prompt = i > 0;
     r.active.push_back(int(seqs_.size()));
@@ -294,20 +320,24 @@ void Simulator::KickReplica(Replica& r) {
   // while generating; idle, WakeReplica syncs it.
   if (r.trainer_stepped || (!r.active.empty() && now_ - r.last_sync >= kRolloutSyncBusyS))
     SyncReplica(r);
-  while (!r.returning.empty()) {
+  while (r.look && !r.returning.empty()) {
     r.active.push_back(r.returning.front());
     r.returning.pop_front();
   }
+  r.look = false;
   StartGroups(r);
   if (r.active.empty()) return;  // idle: woken by the trainer, a tool result or an admission
   std::vector<int> batch = r.active;
   // Rows are sequences (model::StepShape); tokens are the computed ones.
   double tokens = 0, rows = double(batch.size());
-  std::set<int> adapters;
+  std::set<int> adapters, resumed;  // resumed: call contexts computed in this pass
   for (int q : batch) {
     const Sequence& sq = seqs_[size_t(q)];
     adapters.insert(sq.tenant);
-    if (!sq.copies_prompt) tokens += sq.prefill > 0 ? sq.prefill : 1;
+    if (sq.copies_prompt) continue;
+    // A sequence resuming after its tool call with a context computed in this pass copies it.
+    if (sq.generated > 0 && sq.prefill > 0 && !resumed.insert(sq.call_context).second) continue;
+    tokens += sq.prefill > 0 ? sq.prefill : 1;
   }
   r.busy = true;
   ++result_.forward_passes;
@@ -319,6 +349,7 @@ void Simulator::KickReplica(Replica& r) {
 
 void Simulator::FinishPass(Replica& r, const std::vector<int>& batch) {
   r.busy = false;
+  r.look = true;
   r.last_end = now_;
   std::set<int> leaving;
   for (int id : batch) {

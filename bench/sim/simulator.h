@@ -8,9 +8,11 @@
 //    trainer) stay below (max_staleness + 1) * prompts_per_step; lockstep (the sync modes): a
 //    round gives every running tenant one step's groups and the next round starts when all of
 //    them are trained. Each pass costs rollout(rows, tokens, adapters); a joining sequence
-//    prefills its prompt, a tool call parks its sequence until the verifier's result comes back
-//    and it rejoins with its whole context. The rollout sees the trainer's progress (retired
-//    groups, new adapters) when it syncs: while generating, after a pass during which the
+//    prefills its prompt (once for a group), a tool call parks its sequence until the verifier's
+//    result comes back and it rejoins with its whole context, computed once for the calls of a
+//    group that share one (TaskCost::shared_tool_calls) and resume in the same pass, as
+//    model::Generator computes equal joining contexts once. The rollout sees the trainer's progress
+//    (retired groups, new adapters) when it syncs: while generating, after a pass during which the
 //    trainer stepped one of its tenants and every 50 ms; idle, it sees a trainer step or a tool
 //    result within 0.5 ms and a new tenant within 2 ms.
 //  - verifier: `verifier_workers` workers, FIFO with at most workers - 1 jobs of one tenant

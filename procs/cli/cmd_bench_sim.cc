@@ -150,10 +150,10 @@ int RunBenchSim(std::vector<std::string> args) {
       c.checkpoint_s, c.admit_s, c.settle_s);
   for (const auto& [name, t] : c.tasks) {
     std::printf(
-        "  %-17s prompt %.1f tok, completion %.1f tok, %.2f tool calls, verify %.2f ms/"
-        "group, tool %.2f ms, %.0f%% degenerate\n",
-        name.c_str(), t.prompt_tokens, t.completion_tokens, t.tool_calls, 1e3 * t.verify_s,
-        1e3 * t.tool_s, 100 * t.degenerate);
+        "  %-17s prompt %.1f tok, completion %.1f tok, %.2f tool calls (%.0f%% shared), verify "
+        "%.2f ms/group, tool %.2f ms, %.0f%% degenerate\n",
+        name.c_str(), t.prompt_tokens, t.completion_tokens, t.tool_calls, 100 * t.shared_tool_calls,
+        1e3 * t.verify_s, 1e3 * t.tool_s, 100 * t.degenerate);
   }
   std::printf("\nvalidation: the measured runs replayed in the simulator\n%s",
               sim::ValidationTable(*validation).c_str());

@@ -56,6 +56,8 @@ struct OpenGroup {
   RolloutTenant* tenant;
   pb::TrajectoryGroup group;
   int remaining = 0;
+  // The context of every tool call its completions made (TenantMetrics::tool_calls_shared).
+  std::vector<std::vector<int32_t>> call_contexts;
 };
 
 struct Sequence {
@@ -444,6 +446,12 @@ void Rollout::OnFinished(model::GenerationResult& r) {
       c.SerializeToString(&bytes);
       outbox_.emplace_back(pipeline::kToolCallRecord, std::move(bytes));
       outbox_groups_.emplace_back(nullptr, 0);
+      std::vector<std::vector<int32_t>>& contexts = s->group->call_contexts;
+      if (std::find(contexts.begin(), contexts.end(), s->tokens) != contexts.end()) {
+        ++t->metrics.tool_calls_shared;
+      } else {
+        contexts.push_back(s->tokens);
+      }
       s->waiting_call = c.call_id();
       s->parked_at = MonotonicNanos();
       parked_[c.call_id()] = r.id;

@@ -110,6 +110,14 @@ TEST(SimCostProfileTest, JsonRoundTripsAndErrorsNameTheField) {
   EXPECT_EQ(back->tasks.at("calculator_tool").tool_calls, 1);
   EXPECT_EQ(back->admit_s, p.admit_s);
   EXPECT_EQ(back->settle_s, p.settle_s);
+  p.tasks["calculator_tool"].shared_tool_calls = 0.5;
+  back = CostProfileFromJson(CostProfileToJson(p));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->tasks.at("calculator_tool").shared_tool_calls, 0.5);
+  auto share = CostProfileFromJson(
+      R"({"rollout":[0,0,0,0],"trainer":[0,0,0,0],"tasks":{"x":{"shared_tool_calls":1.5}}})");
+  ASSERT_FALSE(share.ok());
+  EXPECT_NE(share.status().message().find("tasks.x.shared_tool_calls"), std::string::npos);
   auto unknown = CostProfileFromJson(
       R"({"rollout":[0,0,0,0],"trainer":[0,0,0,0],"tasks":{"arithmetic":{"bogus":1}}})");
   ASSERT_FALSE(unknown.ok());
@@ -347,6 +355,32 @@ TEST(SimulatorTest, ToolCallsAndEnvironmentLatencyStretchTheRun) {
   EXPECT_GT(remote->wall_s, plain->wall_s + s.steps * 0.3);
 }
 
+// Completions of a group that make the same tool call with the same context resume together
+// with equal contexts, which model::Generator computes once: the simulator prefills them once.
+TEST(SimulatorTest, SiblingsSharingAToolCallsContextResumeAsOneComputation) {
+  CostProfile p = SimpleProfile();
+  p.rollout.c = {0.01, 0, 0.001, 0};  // 10 ms a pass and 1 ms a computed token
+  TaskCost& t = p.tasks["arithmetic"];
+  t.tool_calls = 1;  // every completion calls a tool 4 tokens in (80% of 5)
+  SimSetup s;
+  s.mode = "sequential_sync";
+  s.tasks = {"arithmetic"};
+  s.steps = 4;
+  auto distinct = Simulate(s, p);
+  t.shared_tool_calls = 0.75;  // the three later calls of each group share the first's context
+  auto shared = Simulate(s, p);
+  t.shared_tool_calls = 0.375;  // half of them
+  auto half = Simulate(s, p);
+  ASSERT_TRUE(distinct.ok() && shared.ok() && half.ok());
+  ASSERT_TRUE(distinct->complete && shared->complete && half->complete);
+  EXPECT_EQ(shared->forward_passes, distinct->forward_passes);
+  // Each of the 8 groups resumes three contexts fewer: prompt 10 + 4 generated + 12 result
+  // tokens each.
+  EXPECT_NEAR(distinct->wall_s - shared->wall_s, 8 * 3 * (10 + 4 + 12) * 0.001, 1e-9);
+  EXPECT_GT(half->wall_s, shared->wall_s + 0.026);
+  EXPECT_LT(half->wall_s, distinct->wall_s - 0.026);
+}
+
 TEST(SimulatorTest, BadSetupsAreRefusedByName) {
   const CostProfile p = SimpleProfile();
   SimSetup s;
@@ -392,6 +426,7 @@ TEST(SimMeasuredRunTest, RoundTripsThroughJsonAndCalibratesTheTasks) {
   calc.work_ns = 16 * 2'000'000;
   calc.tool_calls = 64;
   calc.tool_ns = 64 * 3'000'000;
+  calc.tool_calls_shared = 40;
   calc.groups_trained = 16;
   calc.groups_degenerate = 4;
   calc.rows_trained = 48;
@@ -408,6 +443,7 @@ TEST(SimMeasuredRunTest, RoundTripsThroughJsonAndCalibratesTheTasks) {
   EXPECT_DOUBLE_EQ(t.prompt_tokens, 60);
   EXPECT_DOUBLE_EQ(t.completion_tokens, 36);
   EXPECT_DOUBLE_EQ(t.tool_calls, 1);
+  EXPECT_DOUBLE_EQ(t.shared_tool_calls, 40.0 / 64);
   EXPECT_NEAR(t.verify_s, 0.002, 1e-12);
   EXPECT_NEAR(t.tool_s, 0.003, 1e-12);
   EXPECT_DOUBLE_EQ(t.degenerate, 0.25);
@@ -425,6 +461,11 @@ TEST(SimMeasuredRunTest, RoundTripsThroughJsonAndCalibratesTheTasks) {
   auto old = MeasuredRunFromJson(older, "run 2");
   ASSERT_TRUE(old.ok()) << old.status().ToString();
   EXPECT_EQ(old->costs.admit_ns, 0u);
+  older["costs"]["tasks"]["calculator_tool"].erase("tool_calls_shared");  // before it was counted
+  old = MeasuredRunFromJson(older, "run 2");
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->costs.tasks.at("calculator_tool").tool_calls_shared, 0u);
+  EXPECT_EQ(back->costs.tasks.at("calculator_tool").tool_calls_shared, 40u);
   EXPECT_EQ(back->checkpoint_every, 8);
   nlohmann::json four_terms = MeasuredRunToJson(m);  // an older build, without the cold term
   four_terms["costs"]["rollout"]["xty"].erase(4);
