@@ -111,8 +111,9 @@ struct TenantMetrics {
   // (rl::TenantStepResult::own_padded_tokens; the simulator buckets tenants by it per row).
   uint64_t padded_tokens;
   // Rollout: tool calls made with the same context (prompt and every token since) as a call an
-  // earlier completion of the same group made. Their results are equal; resumed in one pass,
-  // only one of them is computed (model::Generator), which the simulator models.
+  // earlier completion of the same group made. A deterministic tool that answers gives them
+  // equal results (a failed or timed-out call need not); resumed in one pass, only one of them
+  // is computed (model::Generator), which the simulator models.
   uint64_t tool_calls_shared;
   char last_error[96];  // the latest problem of this tenant in this stage ("" when none)
 };

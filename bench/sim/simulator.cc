@@ -244,7 +244,8 @@ void Simulator::StartGroup(Replica& r, Tenant& t) {
     q.length = std::max(1, int(lo) + (u(rng_) < mean - lo ? 1 : 0));
     if (u(rng_) < c && q.length >= 2) {
       const int id = int(seqs_.size());
-      if (first_call >= 0 && u(rng_) < p_share) {
+      // (No draw when nothing is shared: a profile without shared calls keeps its stream.)
+      if (first_call >= 0 && p_share > 0 && u(rng_) < p_share) {
         // The same tokens up to the same call; it goes on at least one token after it.
         q.call_context = first_call;
         q.tool_at = seqs_[size_t(first_call)].tool_at;

@@ -444,6 +444,11 @@ TEST(SimMeasuredRunTest, RoundTripsThroughJsonAndCalibratesTheTasks) {
   EXPECT_DOUBLE_EQ(t.completion_tokens, 36);
   EXPECT_DOUBLE_EQ(t.tool_calls, 1);
   EXPECT_DOUBLE_EQ(t.shared_tool_calls, 40.0 / 64);
+  MeasuredRun unshared = *back;  // pooled with a run that shared none: 40 of 128 calls
+  unshared.costs.tasks["calculator_tool"].tool_calls_shared = 0;
+  auto pooled = CalibrateProfile({*back, unshared}, 2, "t");
+  ASSERT_TRUE(pooled.ok()) << pooled.status().ToString();
+  EXPECT_DOUBLE_EQ(pooled->tasks.at("calculator_tool").shared_tool_calls, 40.0 / 128);
   EXPECT_NEAR(t.verify_s, 0.002, 1e-12);
   EXPECT_NEAR(t.tool_s, 0.003, 1e-12);
   EXPECT_DOUBLE_EQ(t.degenerate, 0.25);

@@ -62,7 +62,6 @@ TEST(PipelineBenchTest, TheThreeModesTrainTheSameTenantsToTheEnd) {
       completions += c.completions;
       EXPECT_GT(c.prompt_tokens, 0u) << task;
       EXPECT_EQ(c.groups_scored, c.groups_trained) << task;
-      EXPECT_EQ(c.tool_calls_shared, 0u) << task << " makes no tool calls";
     }
     EXPECT_EQ(tenants_seen, uint64_t(kTenants)) << mode;
     EXPECT_GE(completions, expected_samples) << mode;
