@@ -200,6 +200,8 @@ Result<PipelineRun> RunPipelineMode(const std::string& mode, int tenants, uint64
       c.rows_trained += v.trainer.samples;
       c.tokens_trained += v.trainer.tokens;
       c.padded_tokens_trained += v.trainer.padded_tokens;
+      c.prefix_rows_trained += v.trainer.prefix_rows;
+      c.prefix_tokens_trained += v.trainer.prefix_tokens;
     }
     run.samples += v.verifier.samples;
     run.groups_dropped += v.trainer.groups_dropped;

@@ -201,6 +201,8 @@ torch::Tensor BucketLoss(const model::Transformer& model, std::vector<TenantStep
       own_prefix = std::max(own_prefix, row.offset);
     }
     res.own_padded_tokens = n * own_len + prefixes_of[m] * own_prefix;
+    res.own_prefix_rows = prefixes_of[m];
+    res.own_prefix_tokens = prefixes_of[m] * own_prefix;
   }
   return losses.loss;
 }

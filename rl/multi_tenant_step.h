@@ -52,6 +52,10 @@ struct TenantStepResult {
   int64_t padded_tokens = 0;  // positions its rows took in the padded batch (rows x bucket length,
                               // plus its shared prefixes x the bucket's longest prefix)
   int64_t own_padded_tokens = 0;  // the same, padded to its own longest suffix and prefix
+  // Of own_padded_tokens, its shared prefix rows and their positions (each padded to its own
+  // longest prefix); the rest is its rows x its longest suffix.
+  int64_t own_prefix_rows = 0;
+  int64_t own_prefix_tokens = 0;
 };
 
 std::vector<TenantStepResult> MultiTenantStep(const model::Transformer& model,

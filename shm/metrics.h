@@ -110,6 +110,11 @@ struct TenantMetrics {
   // after its shared prompt padded to the step's longest, plus each shared prompt once
   // (rl::TenantStepResult::own_padded_tokens; the simulator buckets tenants by it per row).
   uint64_t padded_tokens;
+  // Trainer: of padded_tokens, its shared prompts' rows and their positions
+  // (rl::TenantStepResult::own_prefix_rows, own_prefix_tokens): the rest is its rows, each
+  // padded to its longest suffix, which the trainer buckets tenants by.
+  uint64_t prefix_rows;
+  uint64_t prefix_tokens;
   // Rollout: tool calls made with the same context (prompt and every token since) as a call an
   // earlier completion of the same group made. A deterministic tool that answers gives them
   // equal results (a failed or timed-out call need not); resumed in one pass, only one of them

@@ -172,10 +172,10 @@ Result<CostProfile> CostProfileFromJson(const std::string& text) {
     if (!doc["tasks"].is_object()) return FieldError("tasks", "must be an object");
     for (auto it = doc["tasks"].begin(); it != doc["tasks"].end(); ++it) {
       const std::string where = "tasks." + it.key();
-      MARLAAS_RETURN_IF_ERROR(
-          CheckKeys(it.value(), where,
-                    {"prompt_tokens", "completion_tokens", "tool_calls", "shared_tool_calls",
-                     "verify_s", "tool_s", "degenerate", "trained_tokens"}));
+      MARLAAS_RETURN_IF_ERROR(CheckKeys(
+          it.value(), where,
+          {"prompt_tokens", "completion_tokens", "tool_calls", "shared_tool_calls", "verify_s",
+           "tool_s", "degenerate", "trained_tokens", "prompt_rows", "prompt_row_tokens"}));
       TaskCost t;
       MARLAAS_RETURN_IF_ERROR(ReadNumber(*it, where, "prompt_tokens", 1, 1e6, &t.prompt_tokens));
       MARLAAS_RETURN_IF_ERROR(
@@ -187,6 +187,12 @@ Result<CostProfile> CostProfileFromJson(const std::string& text) {
       MARLAAS_RETURN_IF_ERROR(ReadNumber(*it, where, "tool_s", 0, 3600, &t.tool_s));
       MARLAAS_RETURN_IF_ERROR(ReadNumber(*it, where, "degenerate", 0, 1, &t.degenerate));
       MARLAAS_RETURN_IF_ERROR(ReadNumber(*it, where, "trained_tokens", 1, 1e7, &t.trained_tokens));
+      MARLAAS_RETURN_IF_ERROR(ReadNumber(*it, where, "prompt_rows", 0, 1, &t.prompt_rows));
+      MARLAAS_RETURN_IF_ERROR(
+          ReadNumber(*it, where, "prompt_row_tokens", 0, 1e7, &t.prompt_row_tokens));
+      if (t.prompt_rows * t.prompt_row_tokens >= t.trained_tokens)
+        return FieldError(where + ".prompt_rows",
+                          "prompt_rows x prompt_row_tokens must be below trained_tokens");
       p.tasks[it.key()] = t;
     }
   }
@@ -211,7 +217,8 @@ std::string CostProfileToJson(const CostProfile& p) {
         {"prompt_tokens", t.prompt_tokens}, {"completion_tokens", t.completion_tokens},
         {"tool_calls", t.tool_calls},       {"shared_tool_calls", t.shared_tool_calls},
         {"verify_s", t.verify_s},           {"tool_s", t.tool_s},
-        {"degenerate", t.degenerate},       {"trained_tokens", t.trained_tokens}};
+        {"degenerate", t.degenerate},       {"trained_tokens", t.trained_tokens},
+        {"prompt_rows", t.prompt_rows},     {"prompt_row_tokens", t.prompt_row_tokens}};
   }
   return doc.dump(2) + "\n";
 }

@@ -12,7 +12,7 @@
 //    (c_cold: added to a pass after its engine idled; a profile of 4 numbers has none)
 //    "tasks": {"arithmetic": {"prompt_tokens": 12, "completion_tokens": 4, "tool_calls": 0,
 //              "shared_tool_calls": 0, "verify_s": 0.0001, "tool_s": 0, "degenerate": 0.3,
-//              "trained_tokens": 16}, ...}}
+//              "trained_tokens": 16, "prompt_rows": 0.25, "prompt_row_tokens": 11}, ...}}
 // Pure functions and plain data.
 #pragma once
 
@@ -59,6 +59,12 @@ struct TaskCost {
   // once, and the rest padded to the step's longest). The simulated trainer buckets tenants by
   // it as rl::MultiTenantStep does.
   double trained_tokens = 24;
+  // Of those, its shared prompts': prompt rows per trained row (one a group) and positions of one
+  // (its tenant's longest). The rest is the row's own part, by which the trainer buckets tenants
+  // and pads them to the bucket's longest; their prompt rows go to the bucket's longest prompt.
+  // 0 (older runs): the trainer buckets and pads by trained_tokens as a whole.
+  double prompt_rows = 0;
+  double prompt_row_tokens = 0;
 };
 
 struct CostProfile {

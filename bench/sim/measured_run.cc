@@ -75,6 +75,8 @@ json MeasuredRunToJson(const MeasuredRun& r) {
     MARLAAS_TASK_SUM_FIELDS(MARLAAS_TO_JSON)
 #undef MARLAAS_TO_JSON
     o["tool_calls_shared"] = t.tool_calls_shared;
+    o["prefix_rows_trained"] = t.prefix_rows_trained;
+    o["prefix_tokens_trained"] = t.prefix_tokens_trained;
     tasks[name] = o;
   }
   return {{"mode", r.mode},
@@ -165,6 +167,9 @@ Result<MeasuredRun> MeasuredRunFromJson(const json& j, const std::string& where)
 #undef MARLAAS_FROM_JSON
       // Older files have no count of shared calls: their calls are all replayed as distinct.
       t.tool_calls_shared = it.value().value("tool_calls_shared", uint64_t(0));
+      // ... nor the split of the padded positions: their rows are bucketed by the whole.
+      t.prefix_rows_trained = it.value().value("prefix_rows_trained", uint64_t(0));
+      t.prefix_tokens_trained = it.value().value("prefix_tokens_trained", uint64_t(0));
     } catch (const json::exception& e) {
       return Bad(where, field, std::string("missing or mistyped count (") + e.what() + ")");
     }
@@ -188,6 +193,11 @@ std::map<std::string, TaskCost> TaskCostsOf(const std::map<std::string, TaskCost
     t.degenerate = Ratio(double(s.groups_degenerate), double(s.groups_trained), 0);
     t.trained_tokens = Ratio(double(s.padded_tokens_trained), double(s.rows_trained),
                              t.prompt_tokens + t.completion_tokens);
+    if (s.prefix_tokens_trained > 0 || s.prefix_rows_trained > 0) {
+      t.prompt_rows = Ratio(double(s.prefix_rows_trained), double(s.rows_trained), 0);
+      t.prompt_row_tokens =
+          Ratio(double(s.prefix_tokens_trained), double(s.prefix_rows_trained), 0);
+    }
     out[task] = t;
   }
   return out;
@@ -208,6 +218,8 @@ void MergeRunCosts(const RunCosts& from, RunCosts* into) {
     MARLAAS_TASK_SUM_FIELDS(MARLAAS_ADD)
 #undef MARLAAS_ADD
     s.tool_calls_shared += t.tool_calls_shared;
+    s.prefix_rows_trained += t.prefix_rows_trained;
+    s.prefix_tokens_trained += t.prefix_tokens_trained;
   }
 }
 

@@ -28,6 +28,8 @@ struct TaskCostSums {
   uint64_t rows_trained = 0, tokens_trained = 0;       // trainer
   uint64_t padded_tokens_trained = 0;  // trainer: positions computed (shm/metrics.h)
   uint64_t tool_calls_shared = 0;      // rollout: calls with an earlier sibling's context
+  // trainer: of padded_tokens_trained, the shared prompts' rows and positions (shm/metrics.h)
+  uint64_t prefix_rows_trained = 0, prefix_tokens_trained = 0;
 };
 
 struct RunCosts {

@@ -444,22 +444,33 @@ void Simulator::ReleaseVerifierResults() {
 
 std::pair<double, double> Simulator::PaddedBatch(
     std::vector<std::pair<int, double>> trained) const {
-  // As rl::MultiTenantStep: tenants with rows to train by their row length, longest first, cut
-  // into buckets whose rows are padded to the bucket's first; a tenant joins while that at most
-  // doubles its rows.
+  // As rl::MultiTenantStep: tenants with rows to train by their rows' own part (after a shared
+  // prompt), longest first, cut into buckets whose rows are padded to the bucket's first and
+  // whose shared prompts to its longest prompt; a tenant joins while that at most doubles its
+  // rows' part.
   trained.erase(std::remove_if(trained.begin(), trained.end(),
                                [](const std::pair<int, double>& t) { return t.second <= 0; }),
                 trained.end());
-  auto length = [this](const std::pair<int, double>& t) {
-    return tenants_[size_t(t.first)].task->trained_tokens;
+  auto task = [this](const std::pair<int, double>& t) -> const TaskCost& {
+    return *tenants_[size_t(t.first)].task;
+  };
+  auto length = [&](const std::pair<int, double>& t) {
+    const TaskCost& c = task(t);
+    return c.trained_tokens - c.prompt_rows * c.prompt_row_tokens;
   };
   std::stable_sort(trained.begin(), trained.end(),
                    [&](const auto& a, const auto& b) { return length(a) > length(b); });
-  double rows = 0, tokens = 0, bucket = 0;
-  for (const auto& t : trained) {
-    if (bucket == 0 || length(t) * 2 < bucket) bucket = length(t);
-    rows += t.second;
-    tokens += t.second * bucket;
+  double rows = 0, tokens = 0;
+  for (size_t i = 0; i < trained.size();) {
+    size_t j = i + 1;
+    while (j < trained.size() && length(trained[j]) * 2 >= length(trained[i])) ++j;
+    double prompt = 0;  // the bucket's longest shared prompt
+    for (size_t k = i; k < j; ++k) prompt = std::max(prompt, task(trained[k]).prompt_row_tokens);
+    for (size_t k = i; k < j; ++k) {
+      rows += trained[k].second;
+      tokens += trained[k].second * (length(trained[i]) + task(trained[k]).prompt_rows * prompt);
+    }
+    i = j;
   }
   return {rows, tokens};
 }

@@ -489,6 +489,8 @@ bool Trainer::TrainReady(bool under_pressure) {
     stepping[k]->metrics.tokens += tenant_tokens;
     // Positions computed for it, padded to its own longest (shared prompts counted once).
     stepping[k]->metrics.padded_tokens += size_t(results[step_of[k]].own_padded_tokens);
+    stepping[k]->metrics.prefix_rows += size_t(results[step_of[k]].own_prefix_rows);
+    stepping[k]->metrics.prefix_tokens += size_t(results[step_of[k]].own_prefix_tokens);
     rows += st.completions.size();
     padded += size_t(results[step_of[k]].padded_tokens);
   }

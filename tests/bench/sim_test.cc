@@ -114,6 +114,17 @@ TEST(SimCostProfileTest, JsonRoundTripsAndErrorsNameTheField) {
   back = CostProfileFromJson(CostProfileToJson(p));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->tasks.at("calculator_tool").shared_tool_calls, 0.5);
+  p.tasks["calculator_tool"].prompt_rows = 0.25;
+  p.tasks["calculator_tool"].prompt_row_tokens = 16;
+  back = CostProfileFromJson(CostProfileToJson(p));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->tasks.at("calculator_tool").prompt_rows, 0.25);
+  EXPECT_EQ(back->tasks.at("calculator_tool").prompt_row_tokens, 16);
+  auto prompts = CostProfileFromJson(
+      R"({"rollout":[0,0,0,0],"trainer":[0,0,0,0],"tasks":{"x":{"trained_tokens":10,)"
+      R"("prompt_rows":0.5,"prompt_row_tokens":20}}})");  // the prompts alone are 10 a row
+  ASSERT_FALSE(prompts.ok());
+  EXPECT_NE(prompts.status().message().find("tasks.x.prompt_rows"), std::string::npos);
   auto share = CostProfileFromJson(
       R"({"rollout":[0,0,0,0],"trainer":[0,0,0,0],"tasks":{"x":{"shared_tool_calls":1.5}}})");
   ASSERT_FALSE(share.ok());
@@ -233,6 +244,16 @@ TEST(SimulatorTest, ATrainingStepPadsTenantsOfSimilarLengthToTheLongest) {
   EXPECT_NEAR(busy({"arithmetic", "countdown"}), 16 * 15 * 1e-4, 1e-9);
   EXPECT_NEAR(busy({"arithmetic", "countdown", "python_functions"}), (16 * 15 + 8 * 100) * 1e-4,
               1e-9);
+  // With their shared prompts apart: bucketed by the rows' own part (8 and 5 tokens, one
+  // bucket), padded to the longest (8), and every prompt row to the longest prompt (40).
+  p.tasks["arithmetic"].prompt_rows = 0.25;  // 10 = 8 + 0.25 x 8
+  p.tasks["arithmetic"].prompt_row_tokens = 8;
+  p.tasks["countdown"].prompt_rows = 0.25;  // 15 = 5 + 0.25 x 40
+  p.tasks["countdown"].prompt_row_tokens = 40;
+  EXPECT_NEAR(busy({"arithmetic"}), 8 * 10 * 1e-4, 1e-9);
+  EXPECT_NEAR(busy({"countdown"}), 8 * 15 * 1e-4, 1e-9);
+  EXPECT_NEAR(busy({"arithmetic", "countdown", "python_functions"}),
+              (16 * (8 + 0.25 * 40) + 8 * 100) * 1e-4, 1e-9);
 }
 
 // Each group is degenerate (no rows to train) with the task's share, drawn when it starts: one
@@ -427,6 +448,8 @@ TEST(SimMeasuredRunTest, RoundTripsThroughJsonAndCalibratesTheTasks) {
   calc.tool_calls = 64;
   calc.tool_ns = 64 * 3'000'000;
   calc.tool_calls_shared = 40;
+  calc.prefix_rows_trained = 12;  // one a trained group
+  calc.prefix_tokens_trained = 12 * 64;
   calc.groups_trained = 16;
   calc.groups_degenerate = 4;
   calc.rows_trained = 48;
@@ -453,6 +476,8 @@ TEST(SimMeasuredRunTest, RoundTripsThroughJsonAndCalibratesTheTasks) {
   EXPECT_NEAR(t.tool_s, 0.003, 1e-12);
   EXPECT_DOUBLE_EQ(t.degenerate, 0.25);
   EXPECT_DOUBLE_EQ(t.trained_tokens, 100);
+  EXPECT_DOUBLE_EQ(t.prompt_rows, 0.25);
+  EXPECT_DOUBLE_EQ(t.prompt_row_tokens, 64);
   EXPECT_NEAR(p->rollout.Seconds(5, 10, 1, false), 0.005, 1e-9);
   // Every other training step was cold (after an idle gap) and cost 5 ms more: the cold term.
   EXPECT_NEAR(p->trainer.Seconds(8, 80, 1, false), 0.012, 1e-9);
@@ -471,6 +496,14 @@ TEST(SimMeasuredRunTest, RoundTripsThroughJsonAndCalibratesTheTasks) {
   ASSERT_TRUE(old.ok()) << old.status().ToString();
   EXPECT_EQ(old->costs.tasks.at("calculator_tool").tool_calls_shared, 0u);
   EXPECT_EQ(back->costs.tasks.at("calculator_tool").tool_calls_shared, 40u);
+  EXPECT_EQ(back->costs.tasks.at("calculator_tool").prefix_tokens_trained, 12u * 64);
+  older["costs"]["tasks"]["calculator_tool"].erase("prefix_rows_trained");
+  older["costs"]["tasks"]["calculator_tool"].erase("prefix_tokens_trained");
+  old = MeasuredRunFromJson(older, "run 2");
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  auto old_profile = CalibrateProfile({*old}, 2, "t");  // bucketed by the whole row, as before
+  ASSERT_TRUE(old_profile.ok());
+  EXPECT_EQ(old_profile->tasks.at("calculator_tool").prompt_rows, 0);
   EXPECT_EQ(back->checkpoint_every, 8);
   nlohmann::json four_terms = MeasuredRunToJson(m);  // an older build, without the cold term
   four_terms["costs"]["rollout"]["xty"].erase(4);

@@ -185,6 +185,14 @@ TEST(MultiTenantStepTest, SharingEachGroupsPromptChangesNothingButTheWork) {
   EXPECT_LT(ra[0].padded_tokens, rb[0].padded_tokens);
   EXPECT_LT(ra[1].own_padded_tokens, rb[1].own_padded_tokens);
   EXPECT_EQ(ra[2].own_padded_tokens, rb[2].own_padded_tokens);  // nothing to share
+  // One prefix row a group, its positions part of the tenant's own padded ones.
+  EXPECT_EQ(ra[0].own_prefix_rows, 2);
+  EXPECT_EQ(ra[1].own_prefix_rows, 3);
+  EXPECT_GT(ra[0].own_prefix_tokens, 2 * 4);  // prompts of 6-20 tokens, less the last
+  EXPECT_LT(ra[0].own_prefix_tokens, ra[0].own_padded_tokens);
+  EXPECT_EQ(ra[2].own_prefix_rows, 0);
+  EXPECT_EQ(rb[0].own_prefix_rows, 0);
+  EXPECT_EQ(rb[0].own_prefix_tokens, 0);
   EXPECT_GT(ra[0].grad_norm, 0);
 }
 
