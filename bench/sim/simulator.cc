@@ -228,12 +228,11 @@ void Simulator::StartGroup(Replica& r, Tenant& t) {
   ++t.started;
   const double mean = t.task->completion_tokens;
   // A call after the group's first shares that one's context with the chance that makes the
-  // task's measured share of shared calls: of its expected g*c calls, all but the first of a
-  // group with any (1 - (1-c)^g of them) can share.
-  const double c = std::min(1.0, t.task->tool_calls), gs = double(s_.group_size);
-  const double later_calls = gs * c - (1.0 - std::pow(1.0 - c, gs));
+  // task's measured share of shared calls (ReproducibleShare: as much of it as can be).
+  const double c = std::min(1.0, t.task->tool_calls);
+  const double reproducible = ReproducibleShare(*t.task, s_.group_size);
   const double p_share =
-      later_calls > kEps ? std::min(1.0, t.task->shared_tool_calls * gs * c / later_calls) : 0;
+      reproducible > kEps ? std::min(1.0, t.task->shared_tool_calls / reproducible) : 0;
   int first_call = -1;  // the group's first sequence with a tool call
   for (int i = 0; i < s_.group_size; ++i) {
     Sequence q;
@@ -255,6 +254,8 @@ void Simulator::StartGroup(Replica& r, Tenant& t) {
         q.tool_at = std::clamp(int(std::lround(kToolAt * q.length)), 1, q.length - 1);
       }
       if (first_call < 0) first_call = id;
+      ++result_.tool_calls;
+      if (q.call_context != id) ++result_.tool_calls_shared;
     }
     q.prefill = i == 0 ? t.task->prompt_tokens : 0;
     q.copies_prompt = i > 0;
@@ -656,6 +657,12 @@ Result<SimResult> Simulator::Run() {
 
 }  // namespace
 
+double ReproducibleShare(const TaskCost& task, int group_size) {
+  const double c = std::clamp(task.tool_calls, 0.0, 1.0), g = double(group_size);
+  const double calls = g * c;
+  return calls > kEps ? (calls - (1.0 - std::pow(1.0 - c, g))) / calls : 0;
+}
+
 Result<SimResult> Simulate(const SimSetup& setup, const CostProfile& profile) {
   if (setup.mode != "sequential_sync" && setup.mode != "multi_tenant_sync" && setup.mode != "async")
     return Status(StatusCode::kInvalidArgument, "simulate: unknown mode '" + setup.mode + "'");
@@ -681,7 +688,7 @@ Result<SimResult> SimulateMean(const SimSetup& setup, const CostProfile& profile
     return Status(StatusCode::kInvalidArgument, "simulate: replicates must be positive");
   SimResult mean;
   mean.complete = true;
-  double samples = 0, passes = 0, steps = 0;
+  double samples = 0, passes = 0, steps = 0, calls = 0, shared = 0;
   for (int k = 0; k < replicates; ++k) {
     SimSetup s = setup;
     s.seed = setup.seed + uint64_t(k);
@@ -694,12 +701,16 @@ Result<SimResult> SimulateMean(const SimSetup& setup, const CostProfile& profile
     samples += double(r.samples) / replicates;
     passes += double(r.forward_passes) / replicates;
     steps += double(r.train_steps) / replicates;
+    calls += double(r.tool_calls) / replicates;
+    shared += double(r.tool_calls_shared) / replicates;
     mean.rollout_replicas = r.rollout_replicas;
     mean.trainers = r.trainers;
   }
   mean.samples = uint64_t(std::llround(samples));
   mean.forward_passes = uint64_t(std::llround(passes));
   mean.train_steps = uint64_t(std::llround(steps));
+  mean.tool_calls = uint64_t(std::llround(calls));
+  mean.tool_calls_shared = uint64_t(std::llround(shared));
   return mean;
 }
 

@@ -80,8 +80,17 @@ struct SimResult {
   // the measured one counts it, the sum over its workers
   double util_rollout = 0, util_trainer = 0, util_verifier = 0;
   uint64_t samples = 0, forward_passes = 0, train_steps = 0;
+  // Tool calls drawn, and of those the ones that share a sibling's context
+  uint64_t tool_calls = 0, tool_calls_shared = 0;
   int rollout_replicas = 1, trainers = 1;
 };
+
+// The largest share of a task's tool calls that the simulator can reproduce with groups of
+// `group_size`. It draws each completion's call independently (chance task.tool_calls, at most
+// 1), and only a group's calls after its first can share: of g*c expected calls, g*c -
+// (1 - (1-c)^g). A measured share above this (calls that come together in a group, which the
+// independent draw does not model) is replayed as this. 0 for a task without calls.
+double ReproducibleShare(const TaskCost& task, int group_size);
 
 // kInvalidArgument (naming the problem) for an unknown mode, a task the profile lacks, or
 // non-positive sizes.

@@ -154,6 +154,12 @@ int RunBenchSim(std::vector<std::string> args) {
         "%.2f ms/group, tool %.2f ms, %.0f%% degenerate\n",
         name.c_str(), t.prompt_tokens, t.completion_tokens, t.tool_calls, 100 * t.shared_tool_calls,
         1e3 * t.verify_s, 1e3 * t.tool_s, 100 * t.degenerate);
+    const double reproducible = sim::ReproducibleShare(t, runs.front().group_size);
+    if (t.shared_tool_calls > reproducible + 0.005)
+      std::printf(
+          "  %-17s (replayed with %.0f%% shared: drawing each completion's call on its own, the "
+          "simulator shares at most that)\n",
+          "", 100 * reproducible);
   }
   std::printf("\nvalidation: the measured runs replayed in the simulator\n%s",
               sim::ValidationTable(*validation).c_str());

@@ -402,6 +402,35 @@ TEST(SimulatorTest, SiblingsSharingAToolCallsContextResumeAsOneComputation) {
   EXPECT_LT(half->wall_s, distinct->wall_s - 0.026);
 }
 
+// With calls in only some completions, the simulated share still reproduces the measured one,
+// up to what drawing each completion's call on its own allows: with a call in half of them and
+// groups of 4, (2 - 15/16) / 2 of the calls come after their group's first.
+TEST(SimulatorTest, TheSimulatedShareOfToolCallsIsTheMeasuredOneUpToWhatCanBeReproduced) {
+  CostProfile p = SimpleProfile();
+  TaskCost& t = p.tasks["arithmetic"];
+  t.tool_calls = 0.5;
+  EXPECT_DOUBLE_EQ(ReproducibleShare(t, 4), (2 - 15.0 / 16) / 2);
+  EXPECT_DOUBLE_EQ(ReproducibleShare(t, 1), 0);  // one completion a group: nothing to share
+  TaskCost none = t;
+  none.tool_calls = 0;
+  EXPECT_DOUBLE_EQ(ReproducibleShare(none, 4), 0);
+  SimSetup s;
+  s.mode = "multi_tenant_sync";
+  s.tasks = std::vector<std::string>(8, "arithmetic");
+  s.steps = 50;  // 800 groups, about 1600 calls
+  auto share_of = [&](double measured) {
+    t.shared_tool_calls = measured;
+    auto r = Simulate(s, p);
+    EXPECT_TRUE(r.ok() && r->complete);
+    EXPECT_GT(r->tool_calls, 1400u);
+    return double(r->tool_calls_shared) / double(r->tool_calls);
+  };
+  EXPECT_NEAR(share_of(0.3), 0.3, 0.04);
+  EXPECT_NEAR(share_of(0.5), 0.5, 0.04);
+  EXPECT_NEAR(share_of(0.9), ReproducibleShare(t, 4), 0.04);  // more than can be: all it can
+  EXPECT_EQ(share_of(0), 0);
+}
+
 TEST(SimulatorTest, BadSetupsAreRefusedByName) {
   const CostProfile p = SimpleProfile();
   SimSetup s;
