@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -277,6 +278,15 @@ Result<pb::JobSpec> LoadUserJobSpec(const std::string& path) {
   MARLAAS_ASSIGN_OR_RETURN(pb::JobSpec spec, LoadJobSpecFile(path));
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  // A relative dataset path is the job file's neighbour, as the verifier's files are; made
+  // absolute, it names the same file for a service started in another directory.
+  pb::DatasetSpec* d = spec.mutable_dataset();
+  if (d->has_jsonl_path() && !d->jsonl_path().empty() && d->jsonl_path()[0] != '/') {
+    std::error_code ec;
+    const std::filesystem::path full = std::filesystem::absolute(dir + "/" + d->jsonl_path(), ec);
+    if (ec) return Status(StatusCode::kIo, "resolving dataset.jsonl_path: " + ec.message());
+    d->set_jsonl_path(full.lexically_normal().string());
+  }
   pb::VerifierSpec* v = spec.mutable_verifier();
   for (int i = 1; i < v->command_size(); ++i) {
     const std::string& arg = v->command(i);

@@ -120,7 +120,9 @@ struct TenantMetrics {
   // equal results (a failed or timed-out call need not); resumed in one pass, only one of them
   // is computed (model::Generator), which the simulator models.
   uint64_t tool_calls_shared;
-  char last_error[96];  // the latest problem of this tenant in this stage ("" when none)
+  // The latest problem of this tenant in this stage ("" when none); the rollout sets it only when
+  // it cannot serve the tenant at all, which fails the tenant.
+  char last_error[96];
 };
 
 struct MetricsLayout {

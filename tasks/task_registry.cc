@@ -57,6 +57,8 @@ Result<TaskExample> FromJsonl(const std::string& line) {
                     std::string("JSONL field '") + k + "' missing or not a string");
     }
   }
+  if (j["prompt"].get_ref<const std::string&>().empty())
+    return Status(StatusCode::kInvalidArgument, "JSONL field 'prompt' is empty");
   TaskExample e{j["id"], j["prompt"], j["reference"],
                 j.contains("metadata") ? j["metadata"].dump() : "{}"};
   return e;

@@ -40,11 +40,11 @@ int RunServe(const std::vector<std::string>& argv) {
     return 2;
   }
   long long threads = 1, workers = 2, port = -1, budget_mb = 0, max_tenants = 64, replicas = 1;
-  double timeout_s = 3600;
+  double timeout_s = 0;  // none: serve runs until its jobs are done or it is stopped
   const bool numbers_ok =
       TakeInteger(&args, "serve", "--threads", 1, 256, &threads) &&
       TakeInteger(&args, "serve", "--verifier-workers", 1, 256, &workers) &&
-      TakeNumber(&args, "serve", "--timeout-s", 1, 1e9, &timeout_s) &&
+      TakeNumber(&args, "serve", "--timeout-s", 0, 1e9, &timeout_s) &&
       TakeInteger(&args, "serve", "--metrics-port", 0, 65535, &port) &&
       TakeInteger(&args, "serve", "--memory-budget-mb", 1, 1LL << 30, &budget_mb) &&
       TakeInteger(&args, "serve", "--max-tenants", 1, kMaxTenants, &max_tenants) &&

@@ -57,8 +57,15 @@ Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
       if (o.until_stopped) break;
       return Status(StatusCode::kUnavailable, "interrupted");
     }
-    if (monitor.wall_s() > o.timeout_s) {
+    if (o.timeout_s > 0 && monitor.wall_s() > o.timeout_s) {
       report.timed_out = true;
+      int unfinished = 0;
+      for (const serve::TenantView& t : service->Tenants())
+        unfinished += IsSettled(t.record.state) ? 0 : 1;
+      std::fprintf(stderr,
+                   "stopping after the time limit (%.0f s, --timeout-s): %d tenant(s) not done; "
+                   "they resume on the next serve with this state dir\n",
+                   o.timeout_s, unfinished);
       break;
     }
     service->Tick();

@@ -13,6 +13,8 @@ namespace marlaas::cli {
 struct RunJobsOptions {
   serve::ServiceOptions service;
   std::vector<pb::JobSpec> jobs;
+  // Stop after this long even with tenants unfinished (they stay on disk and resume on the next
+  // service with the state dir; RunJobsReport::timed_out); 0: no limit.
   double timeout_s = 3600;
   double print_every_s = 2;
   bool quiet = false;

@@ -48,8 +48,12 @@ struct RolloutTenant {
   uint64_t retired = 0;              // trainer: trained + dropped
   uint64_t dropped = 0;              // trainer: dropped
   bool finished = false;             // trainer reached max_steps, or the tenant left
-  uint64_t round_quota = 0;          // lockstep: groups still to start in the current round
-  TenantMetrics metrics{};           // ours: groups committed, cursor, samples, tokens
+  // Why this replica cannot serve the tenant ("" while it can): its task cannot be loaded, or a
+  // prompt encodes to nothing. It then starts nothing; metrics.last_error tells serve, which
+  // fails the tenant.
+  std::string unservable;
+  uint64_t round_quota = 0;  // lockstep: groups still to start in the current round
+  TenantMetrics metrics{};   // ours: groups committed, cursor, samples, tokens
 };
 
 struct OpenGroup {
@@ -143,6 +147,8 @@ class Rollout {
   void RefreshAdapter(RolloutTenant* t);
   void StartGroups();
   void StartGroup(RolloutTenant* t);
+  // Stops serving `t` for good and reports why (RolloutTenant::unservable).
+  void MarkUnservable(RolloutTenant* t, const std::string& why);
   void AddToGenerator(Sequence* s);
   void OnFinished(model::GenerationResult& r);
   void FinishSequence(Sequence* s);
@@ -246,15 +252,15 @@ void Rollout::SyncTenants() {
       t->id = w.record.id;
       t->generation = w.record.generation;
       t->spec = w.spec;
-      auto src = pipeline::TaskSource::ForJob(w.spec);
-      if (!src.ok()) {
-        StageLog(kRole, "tenant %s: %s", t->id.c_str(), src.status().ToString().c_str());
-        continue;
-      }
-      t->source = std::move(*src);
       auto old = metrics_.LoadTenant(w.row);
       if (old.ok() && old->generation == w.record.generation) t->metrics = *old;
       t->metrics.generation = w.record.generation;
+      auto src = pipeline::TaskSource::ForJob(w.spec);
+      if (src.ok()) {
+        t->source = std::move(*src);
+      } else {
+        MarkUnservable(t.get(), "task cannot be loaded: " + src.status().ToString());
+      }
       // A row reused by a new tenant: the old one's open groups and queued records still point
       // at its state, so it is kept (finished) rather than freed.
       if (it != tenants_.end()) {
@@ -264,7 +270,7 @@ void Rollout::SyncTenants() {
       it = tenants_.insert_or_assign(w.row, std::move(t)).first;
     }
     RolloutTenant* t = it->second.get();
-    t->finished = w.record.state != TenantState::kRunning;
+    t->finished = w.record.state != TenantState::kRunning || !t->unservable.empty();
     auto tm = trainer_metrics_.LoadTenant(w.row);
     if (tm.ok() && tm->generation == t->generation) {
       // A tenant resumed from checkpoints continues its data stream where training left it.
@@ -356,6 +362,14 @@ void Rollout::StartGroups() {
   }
 }
 
+void Rollout::MarkUnservable(RolloutTenant* t, const std::string& why) {
+  StageLog(kRole, "tenant %s: not served: %s", t->id.c_str(), why.c_str());
+  t->unservable = why;
+  t->finished = true;
+  std::snprintf(t->metrics.last_error, sizeof(t->metrics.last_error), "rollout: %s", why.c_str());
+  (void)metrics_.StoreTenant(t->row, t->metrics);
+}
+
 void Rollout::StartGroup(RolloutTenant* t) {
   auto g = std::make_unique<OpenGroup>();
   g->tenant = t;
@@ -369,6 +383,11 @@ void Rollout::StartGroup(RolloutTenant* t) {
   pg.set_prompt_id(prompt_id);
   pg.set_behaviour_version(t->version);
   const std::vector<int32_t> prompt = tok_.Encode(example.prompt);
+  if (prompt.empty()) {  // nothing to generate from (TaskSource refuses empty prompts)
+    MarkUnservable(t, "prompt " + std::to_string(prompt_id) + " (id '" + example.id +
+                          "') encodes to no tokens");
+    return;
+  }
   t->metrics.prompt_tokens += prompt.size();
   const int group_size = int(t->spec.group_size());
   g->remaining = group_size;

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "base/file_util.h"
+#include "base/utf8.h"
 #include "procs/common/pipeline.h"
 #include "procs/serve/tenant_status.h"
 
@@ -28,13 +29,7 @@ Status ControlHandler::Authorise(const std::string& token, const std::string& te
 }
 
 Status ControlHandler::Submit(const pb::SubmitRequest& r, pb::SubmitReply* out) {
-  // An id is used once per state dir: its checkpoints, logs and token stay with it.
-  const std::string dir =
-      pipeline::TenantDir(service_->options().stage.state_dir, r.job().tenant());
-  if (!r.job().tenant().empty() && fs::exists(dir + "/job.json")) {
-    return Status(StatusCode::kAlreadyExists,
-                  "tenant '" + r.job().tenant() + "' already exists in this state dir");
-  }
+  // Admit refuses an id the state dir already holds: its checkpoints, logs and token stay with it.
   MARLAAS_RETURN_IF_ERROR(service_->Admit(r.job()));
   auto token = tokens_->Issue(r.job().tenant());
   if (!token.ok()) {  // a tenant nobody but the admin could reach: take it back
@@ -98,7 +93,7 @@ Status ControlHandler::Logs(const pb::LogsRequest& r, pb::LogsReply* out) {
       tail.push_back(std::string(file) + ": " + line);
       if (tail.size() > n) tail.pop_front();
     }
-    for (std::string& l : tail) out->add_lines(std::move(l));
+    for (const std::string& l : tail) out->add_lines(ValidUtf8(l));  // logs quote stderr
   }
   return Status::Ok();
 }
@@ -133,7 +128,7 @@ pb::ControlReply ControlHandler::Handle(const pb::ControlRequest& req) {
   reply.set_ok(st.ok());
   if (!st.ok()) {
     reply.clear_result();
-    reply.set_error(st.message());
+    reply.set_error(ValidUtf8(st.message()));
   }
   return reply;
 }

@@ -14,6 +14,7 @@
 
 #include "base/deadline.h"
 #include "base/file_util.h"
+#include "procs/common/task_source.h"
 #include "procs/serve/admission.h"
 #include "procs/serve/stage_gpus.h"
 #include "procs/serve/tenant_status.h"
@@ -230,13 +231,13 @@ Status Service::WaitUntilReady(int timeout_ms) {
 }
 
 Status Service::Admit(const pb::JobSpec& given) {
-  return AdmitAs(given, TenantState::kRunning).status();
+  return AdmitAs(given, TenantState::kRunning, false).status();
 }
 
 Status Service::AdmitTogether(const std::vector<pb::JobSpec>& given) {
   std::set<std::string> ids;
   for (const pb::JobSpec& g : given) {
-    MARLAAS_ASSIGN_OR_RETURN(pb::JobSpec spec, CheckAdmissible(g));
+    MARLAAS_ASSIGN_OR_RETURN(pb::JobSpec spec, CheckAdmissible(g, false));
     if (!ids.insert(spec.tenant()).second)
       return Status(StatusCode::kAlreadyExists,
                     "tenant '" + spec.tenant() + "' is in the list twice");
@@ -244,7 +245,7 @@ Status Service::AdmitTogether(const std::vector<pb::JobSpec>& given) {
   std::vector<int> held;
   Status st = Status::Ok();
   for (const pb::JobSpec& g : given) {
-    Result<int> row = AdmitAs(g, TenantState::kAdmitted);
+    Result<int> row = AdmitAs(g, TenantState::kAdmitted, false);
     if (!row.ok()) {
       st = row.status().Annotate("admitting tenant '" + g.tenant() + "'");
       break;
@@ -259,17 +260,30 @@ Status Service::AdmitTogether(const std::vector<pb::JobSpec>& given) {
   return st;
 }
 
-Result<pb::JobSpec> Service::CheckAdmissible(const pb::JobSpec& given) const {
+Result<pb::JobSpec> Service::CheckAdmissible(const pb::JobSpec& given, bool resuming) const {
   pb::JobSpec spec = given;
   ApplyJobSpecDefaults(&spec);
   MARLAAS_RETURN_IF_ERROR(ValidateJobSpec(spec));
   if (table_->Find(spec.tenant()).ok())
     return Status(StatusCode::kAlreadyExists, "tenant '" + spec.tenant() + "' is already admitted");
+  // An id is used once per state dir: its checkpoints, logs and token stay with it.
+  std::error_code ec;
+  const std::string dir = pipeline::TenantDir(options_.stage.state_dir, spec.tenant());
+  if (!resuming && fs::exists(dir + "/job.json", ec)) {
+    return Status(StatusCode::kAlreadyExists, "tenant '" + spec.tenant() +
+                                                  "' already exists in this state dir (" + dir +
+                                                  "): give the job another id");
+  }
+  // A custom task's dataset is read now, not first by the stages: a missing or malformed file
+  // is the submitter's error, named here.
+  if (spec.task() == "custom") {
+    MARLAAS_RETURN_IF_ERROR(pipeline::TaskSource::ForJob(spec).status().Annotate("dataset"));
+  }
   return spec;
 }
 
-Result<int> Service::AdmitAs(const pb::JobSpec& given, TenantState state) {
-  MARLAAS_ASSIGN_OR_RETURN(const pb::JobSpec spec, CheckAdmissible(given));
+Result<int> Service::AdmitAs(const pb::JobSpec& given, TenantState state, bool resuming) {
+  MARLAAS_ASSIGN_OR_RETURN(const pb::JobSpec spec, CheckAdmissible(given, resuming));
   MARLAAS_ASSIGN_OR_RETURN(int row, PickRow());
   MARLAAS_ASSIGN_OR_RETURN(const uint64_t need,
                            EstimateTenantBytes(spec, options_.stage.model_dir));
@@ -412,8 +426,9 @@ void Service::Tick() {
       st.crashes_in_row = 0;  // it has stayed up
     }
   }
-  // Tenants the trainer has finished, and tenants whose verifier keeps failing or whom the
-  // trainer could not start (e.g. unreadable checkpoints).
+  // Tenants the trainer has finished, and tenants whose verifier keeps failing, whom the
+  // trainer could not start (e.g. unreadable checkpoints) or whom their rollout cannot serve (a
+  // dataset gone since admission, a prompt that encodes to nothing).
   auto settle = [&](int row, const TenantRecord& rec, TenantState state, const char* reason) {
     if (reason != nullptr) std::fprintf(stderr, "[serve] tenant %s failed: %s\n", rec.id, reason);
     Settle(row, rec, state, reason);
@@ -424,6 +439,10 @@ void Service::Tick() {
     auto tm = metrics_[trainer_index_].LoadTenant(row);
     const bool v_ok = vm.ok() && vm->generation == rec.generation;
     const bool t_ok = tm.ok() && tm->generation == rec.generation;
+    auto rm =
+        metrics_[size_t(pipeline::ReplicaOfRow(row, options_.stage.rollout_replicas))].LoadTenant(
+            row);
+    const bool r_ok = rm.ok() && rm->generation == rec.generation;
     if (v_ok && vm->verifier_errors >= kFailAfterVerifierErrors &&
         vm->verifier_errors > 2 * vm->groups) {
       settle(row, rec, TenantState::kFailed, vm->last_error);
@@ -431,6 +450,8 @@ void Service::Tick() {
       settle(row, rec, TenantState::kFailed, tm->last_error);
     } else if (t_ok && tm->steps >= rec.max_steps) {
       settle(row, rec, TenantState::kFinished, nullptr);
+    } else if (r_ok && rm->last_error[0]) {
+      settle(row, rec, TenantState::kFailed, rm->last_error);
     }
   }
 }
@@ -519,7 +540,14 @@ Result<std::vector<std::string>> Service::ResumeTenants() {
                    job.status().ToString().c_str());
       continue;
     }
-    MARLAAS_RETURN_IF_ERROR(Admit(*job).Annotate("resuming tenant '" + id + "'"));
+    // One that does not fit (fewer rows or a smaller memory budget than before) waits on disk
+    // for a later service; the others resume.
+    Status st = AdmitAs(*job, TenantState::kRunning, true).status();
+    if (!st.ok()) {
+      std::fprintf(stderr, "[serve] tenant %s not resumed now (it stays on disk): %s\n", id.c_str(),
+                   st.ToString().c_str());
+      continue;
+    }
     std::fprintf(stderr, "[serve] resumed tenant %s from its checkpoints\n", id.c_str());
     resumed.push_back(id);
   }

@@ -69,8 +69,10 @@ class Service {
   static Result<std::unique_ptr<Service>> Start(const ServiceOptions& options);
   ~Service();  // Stop()
 
-  // Validates the spec, writes <state>/tenants/<id>/job.json and makes the tenant running. A
-  // tenant id that is already running is refused. Nothing changes when it fails.
+  // Validates the spec (a custom task's dataset is read and checked), writes
+  // <state>/tenants/<id>/job.json and makes the tenant running. kAlreadyExists for an id that is
+  // running or that the state dir already holds (a finished, stopped or failed tenant's, or one
+  // ResumeTenants left on disk). Nothing changes when it fails.
   Status Admit(const pb::JobSpec& spec);
   // Admits several tenants so that the stages see them start at one moment: every spec is
   // checked first (nothing changes if one is refused), each is admitted held (kAdmitted: the
@@ -85,7 +87,8 @@ class Service {
   // After a restart on the same state dir (a kill -9 of serve, or of the whole machine's
   // processes): admits again every tenant that has a job.json but no final state, so each
   // resumes from its latest checkpoint (the trainer restores adapter, optimizer and data cursor).
-  // Returns the ids resumed.
+  // One that cannot be admitted now (the service has fewer rows or a smaller memory budget than
+  // before) is logged and stays on disk for a later service. Returns the ids resumed.
   Result<std::vector<std::string>> ResumeTenants();
   // Supervision: restarts dead stages and updates tenant states.
   void Tick();
@@ -131,10 +134,11 @@ class Service {
   // A row for a new tenant: the first free one below max_tenants, else the row of the tenant
   // that settled longest ago. kResourceExhausted when max_tenants tenants are running.
   Result<int> PickRow() const;
-  // The spec with its defaults applied, if it is valid and its tenant is not admitted already.
-  Result<pb::JobSpec> CheckAdmissible(const pb::JobSpec& spec) const;
+  // The spec with its defaults applied, if it is valid, its tenant is not admitted already, its
+  // id is new to the state dir (unless `resuming` it) and a custom task's dataset loads.
+  Result<pb::JobSpec> CheckAdmissible(const pb::JobSpec& spec, bool resuming) const;
   // Admit in the given state (kRunning, or kAdmitted: held); returns the row.
-  Result<int> AdmitAs(const pb::JobSpec& spec, TenantState state);
+  Result<int> AdmitAs(const pb::JobSpec& spec, TenantState state, bool resuming);
   // Makes the tenant of `row` finished, stopped or failed: writes <tenant>/status.json (what
   // `status` shows once the row is reused), then <tenant>/state ("finished", "stopped: why",
   // "failed: why"), which a restarted service does not resume, then the row.

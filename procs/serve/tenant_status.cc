@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "base/file_util.h"
+#include "base/utf8.h"
 #include "procs/common/pipeline.h"
 
 namespace marlaas::serve {
@@ -50,7 +51,7 @@ pb::TenantStatus TenantStatusOf(const TenantView& v) {
                                    .count();
   const double alive_s = double(end_ms - int64_t(v.record.admitted_unix_ms)) / 1000.0;
   if (alive_s > 0) s.set_tokens_per_s(double(v.rollout.tokens) / alive_s);
-  s.set_reason(v.record.reason);
+  s.set_reason(ValidUtf8(v.record.reason));  // a verifier's stderr, cut at a byte limit
   return s;
 }
 
@@ -83,8 +84,8 @@ std::vector<pb::TenantStatus> SettledTenantsOnDisk(const std::string& state_dir,
       s.set_id(id);
       const std::string text = Trimmed(*state);
       const size_t colon = text.find(": ");
-      s.set_state(text.substr(0, colon));
-      if (colon != std::string::npos) s.set_reason(text.substr(colon + 2));
+      s.set_state(ValidUtf8(text.substr(0, colon)));
+      if (colon != std::string::npos) s.set_reason(ValidUtf8(text.substr(colon + 2)));
       auto job = pipeline::LoadTenantJob(state_dir, id);
       if (job.ok()) s.set_task(job->task());
     }

@@ -28,6 +28,7 @@
 #include "procs/serve/tokens.h"
 #include "proto/job_spec.h"
 #include "tests/procs/pipeline_fixture.h"
+#include "tests/procs/run_marlaas.h"
 
 namespace marlaas::testing {
 namespace {
@@ -392,6 +393,22 @@ size_t Lines(const std::string& path) {
 
 // kill -9 of serve mid-run: its stages follow it, and a new serve on the same state dir resumes
 // every unfinished tenant from its last checkpoint, with its token, to the end.
+// serve --job stops at --timeout-s with the tenants unfinished, and says so (it used to stop
+// silently, and after an hour by default even with no jobs); the tenant stays on disk to resume.
+TEST_F(PipelineTest, ServeSaysWhenItStopsAtItsTimeLimit) {
+  const std::string job = state_dir_ + "/long.json";
+  fs::create_directories(state_dir_);
+  std::ofstream(job) << JobSpecToJson(SmallJob("long", "arithmetic", 400, 7));
+  const CommandResult r = RunMarlaas("serve --quiet --timeout-s 2 --state-dir " + state_dir_ +
+                                     " --model-dir " + TestBaseModel() + " --job " + job);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("stopping after the time limit (2 s, --timeout-s): 1 tenant(s) not done"),
+            std::string::npos)
+      << r.output;
+  EXPECT_TRUE(fs::exists(TenantDir("long") + "/job.json"));
+  EXPECT_FALSE(fs::exists(TenantDir("long") + "/state"));
+}
+
 TEST_F(PipelineTest, KillNineOfServeThenRestartResumesEveryTenant) {
   pid_t serve = StartServeProcess(state_dir_);
   const std::vector<std::string> ids = {"uno", "dos"};

@@ -312,6 +312,32 @@ TEST(SettledStatusTest, SettledTenantsAreReadBackFromTheStateDir) {
   fs::remove_all(dir);
 }
 
+// A reason quoting a verifier's stderr, or cut at a byte limit inside a character, is not valid
+// UTF-8; protobuf refuses to parse a `string` field that is not, so one such tenant made every
+// `status` reply unreadable. The reply carries it with U+FFFD instead.
+TEST(SettledStatusTest, AReasonThatIsNotUtf8StillGivesAReadableReply) {
+  TenantView v{};
+  std::snprintf(v.record.id, sizeof(v.record.id), "utf");
+  std::snprintf(v.record.reason, sizeof(v.record.reason), "verifier: caf\xc3\xa9 \xff caf\xc3");
+  pb::ControlReply reply;
+  reply.set_ok(true);
+  *reply.mutable_status()->add_tenants() = TenantStatusOf(v);
+  pb::ControlReply back;
+  ASSERT_TRUE(back.ParseFromString(reply.SerializeAsString()));
+  EXPECT_EQ(back.status().tenants(0).reason(),
+            "verifier: caf\xc3\xa9 \xef\xbf\xbd caf\xef\xbf\xbd");
+  const std::string dir = TempDir("utf8");
+  fs::create_directories(dir + "/tenants/old");
+  std::ofstream(dir + "/tenants/old/state") << "failed: exit \xfe\n";
+  const auto settled = SettledTenantsOnDisk(dir, {});
+  ASSERT_EQ(settled.size(), 1u);
+  pb::ControlReply listing;
+  *listing.mutable_status()->add_tenants() = settled[0];
+  ASSERT_TRUE(back.ParseFromString(listing.SerializeAsString()));
+  EXPECT_EQ(back.status().tenants(0).reason(), "exit \xef\xbf\xbd");
+  fs::remove_all(dir);
+}
+
 // Numeric flags are parsed strictly: junk, a trailing suffix or an out-of-range value is refused
 // with the flag named (serve then exits with 2 before starting anything).
 TEST(CommandLineTest, NumericFlagsAreCheckedAndNamed) {

@@ -18,6 +18,9 @@
 #include "model/compute_threads.h"
 #include "procs/cli/run_jobs.h"
 #include "procs/common/evaluation.h"
+#include "procs/serve/control_handler.h"
+#include "procs/serve/tokens.h"
+#include "proto/job_spec.h"
 #include "shm/adapter_store.h"
 #include "shm/metrics.h"
 #include "shm/ring_producer.h"
@@ -551,6 +554,106 @@ TEST_F(PipelineTest, InvalidJobSpecIsRefusedAndChangesNothing) {
   EXPECT_EQ(st.code(), StatusCode::kAlreadyExists) << st.ToString();
   ASSERT_EQ(service_->Tenants().size(), 1u);
   EXPECT_STREQ(service_->Tenants()[0].record.task, "arithmetic");
+}
+
+// What the stages could not serve is refused at admission, naming why, and nothing is made: a
+// custom task's unreadable or malformed dataset, an id the state dir already holds (a settled
+// tenant's checkpoints and token stay its own), and a submit frame whose id is no path at all
+// (it once threw from the filesystem and took serve down).
+TEST_F(PipelineTest, AdmissionRefusesWhatTheStagesCouldNotServeAndChangesNothing) {
+  StartService();
+  pb::JobSpec missing = SmallJob("nodata", "custom", 3, 1);
+  missing.mutable_dataset()->set_jsonl_path(state_dir_ + "/no-such.jsonl");
+  missing.mutable_verifier()->add_command("/bin/true");
+  Status st = service_->Admit(missing);
+  EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
+  EXPECT_NE(st.message().find("no-such.jsonl cannot be read"), std::string::npos) << st.message();
+  const std::string data = state_dir_ + "/empty-prompt.jsonl";
+  std::ofstream(data) << R"({"id":"1","prompt":"Q: 1+1=","reference":"2"})"
+                      << "\n"
+                      << R"({"id":"2","prompt":"","reference":"3"})"
+                      << "\n";
+  pb::JobSpec empty = missing;
+  empty.set_tenant("emptyprompt");
+  empty.mutable_dataset()->set_jsonl_path(data);
+  st = service_->Admit(empty);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("empty-prompt.jsonl:2"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("'prompt' is empty"), std::string::npos) << st.message();
+  // An id whose directory holds a job.json from before (here written by hand).
+  fs::create_directories(TenantDir("before"));
+  std::ofstream(TenantDir("before") + "/job.json")
+      << JobSpecToJson(SmallJob("before", "arithmetic", 3, 1));
+  st = service_->Admit(SmallJob("before", "countdown", 3, 2));
+  EXPECT_EQ(st.code(), StatusCode::kAlreadyExists) << st.ToString();
+  EXPECT_NE(st.message().find("already exists in this state dir"), std::string::npos);
+  EXPECT_TRUE(service_->Tenants().empty());
+  EXPECT_FALSE(fs::exists(TenantDir("nodata")));
+  EXPECT_FALSE(fs::exists(TenantDir("emptyprompt")));
+  // Over the control socket's handler: a 300-character id is a clear refusal.
+  auto tokens = serve::Tokens::Open(state_dir_);
+  ASSERT_TRUE(tokens.ok()) << tokens.status().ToString();
+  serve::ControlHandler handler(service_.get(), &*tokens);
+  pb::ControlRequest req;
+  *req.mutable_submit()->mutable_job() = SmallJob(std::string(300, 'a'), "arithmetic", 3, 1);
+  const pb::ControlReply reply = handler.Handle(req);
+  EXPECT_FALSE(reply.ok());
+  EXPECT_NE(reply.error().find("1-63 characters"), std::string::npos) << reply.error();
+  EXPECT_TRUE(service_->Tenants().empty());
+}
+
+// A custom tenant whose dataset is gone by the time its rollout first sees it: the rollout
+// reports it once (no log line per poll) and serve fails the tenant with the reason; another
+// tenant trains on.
+TEST_F(PipelineTest, ATenantTheRolloutCannotServeIsFailedWithTheReason) {
+  StartService();
+  const std::string data = state_dir_ + "/vanishing.jsonl";
+  std::ofstream(data) << R"({"id":"1","prompt":"Q: 1+1=\nA:","reference":"2"})"
+                      << "\n";
+  pb::JobSpec gone = SmallJob("gone", "custom", 3, 1);
+  gone.mutable_dataset()->set_jsonl_path(data);
+  gone.mutable_verifier()->add_command("/bin/true");
+  // The rollout is paused while the tenant is admitted and its dataset removed, so it first
+  // looks for the tenant after the file is gone.
+  const pid_t rollout = service_->StagePid("rollout");
+  ASSERT_GT(rollout, 0);
+  ASSERT_EQ(::kill(rollout, SIGSTOP), 0);
+  Status st = service_->Admit(gone);
+  fs::remove(data);
+  ::kill(rollout, SIGCONT);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_TRUE(service_->Admit(SmallJob("fine", "arithmetic", 3, 2)).ok());
+  std::map<std::string, serve::TenantView> final_views;
+  ASSERT_TRUE(RunUntil([&] { return service_->AllDone(); }, 120));
+  for (const serve::TenantView& v : service_->Tenants()) final_views[v.record.id] = v;
+  EXPECT_EQ(final_views["gone"].record.state, TenantState::kFailed);
+  const std::string reason = final_views["gone"].record.reason;
+  EXPECT_NE(reason.find("rollout: task cannot be loaded"), std::string::npos) << reason;
+  EXPECT_EQ(final_views["fine"].record.state, TenantState::kFinished);
+  const std::string log = ReadAll(state_dir_ + "/logs/rollout.log");
+  size_t mentions = 0;
+  for (size_t at = log.find("tenant gone:"); at != std::string::npos;
+       at = log.find("tenant gone:", at + 1))
+    ++mentions;
+  EXPECT_EQ(mentions, 1u) << log;
+}
+
+// A restarted service with fewer rows than unfinished tenants on disk resumes the ones that fit
+// and leaves the rest on disk, instead of refusing to start.
+TEST_F(PipelineTest, ResumingMoreTenantsThanFitResumesWhatFitsAndKeepsTheRest) {
+  max_tenants_ = 1;
+  StartService();
+  for (const char* id : {"left1", "left2"}) {
+    fs::create_directories(TenantDir(id));
+    std::ofstream(TenantDir(id) + "/job.json") << JobSpecToJson(SmallJob(id, "arithmetic", 3, 1));
+  }
+  auto resumed = service_->ResumeTenants();
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  ASSERT_EQ(resumed->size(), 1u);
+  EXPECT_EQ(service_->Tenants().size(), 1u);
+  const std::string waiting = resumed->front() == "left1" ? "left2" : "left1";
+  EXPECT_TRUE(fs::exists(TenantDir(waiting) + "/job.json"));
+  EXPECT_FALSE(fs::exists(TenantDir(waiting) + "/state"));  // not settled: a later serve resumes it
 }
 
 TEST_F(PipelineTest, AdmittingTogetherChecksEverySpecFirstThenRunsThemAll) {

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 
 namespace marlaas {
@@ -115,6 +116,27 @@ TEST(JobSpecTest, UserJobFilesTravelInTheJobNotAsHostPaths) {
   EXPECT_NE(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "verifier": {"files": {"x": ""}}})")
                 .find("'verifier.files'"),
             std::string::npos);
+}
+
+// A relative dataset path names the job file's neighbour, wherever the service runs; an
+// absolute one is kept.
+TEST(JobSpecTest, AUserJobsRelativeDatasetPathIsTheJobFilesNeighbour) {
+  const std::string dir = ::testing::TempDir() + "/userjobdata" + std::to_string(::getpid());
+  ::mkdir(dir.c_str(), 0755);
+  std::ofstream(dir + "/job.json") << R"({"tenant": "u2", "task": "custom",
+      "dataset": {"jsonl_path": "data/../prompts.jsonl"},
+      "verifier": {"command": ["/bin/true"]}})";
+  auto r = LoadUserJobSpec(dir + "/job.json");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const std::string expected =
+      std::filesystem::absolute(dir + "/prompts.jsonl").lexically_normal().string();
+  EXPECT_EQ(r->dataset().jsonl_path(), expected);
+  EXPECT_EQ(r->dataset().jsonl_path()[0], '/');
+  std::ofstream(dir + "/abs.json") << R"({"tenant": "u3", "task": "custom",
+      "dataset": {"jsonl_path": "/data/p.jsonl"}, "verifier": {"command": ["/bin/true"]}})";
+  auto a = LoadUserJobSpec(dir + "/abs.json");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->dataset().jsonl_path(), "/data/p.jsonl");
 }
 
 TEST(JobSpecTest, CanonicalJsonRoundTrips) {

@@ -106,6 +106,12 @@ TEST(TasksTest, UnknownTasksAndBadJsonlAreRefused) {
   EXPECT_FALSE(FromJsonl("{\"id\": 1}").ok());
   EXPECT_NE(FromJsonl("{\"id\": \"a\", \"prompt\": \"p\"}").status().message().find("reference"),
             std::string::npos);
+  // Nothing to generate from: the rollout would have no tokens to start a completion with.
+  EXPECT_NE(FromJsonl(R"({"id": "a", "prompt": "", "reference": "r"})")
+                .status()
+                .message()
+                .find("'prompt' is empty"),
+            std::string::npos);
 }
 
 // The corpus's share of right answers is what the caller asked for (documented as 50% for the
