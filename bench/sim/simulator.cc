@@ -161,9 +161,11 @@ class Simulator {
   std::vector<Replica> replicas_;
   std::vector<Trainer> trainers_;
   std::vector<VerifierJob> vjobs_;
-  std::deque<int> vqueue_;                   // job ids waiting for a worker
-  std::map<int, std::deque<int>> vpending_;  // per tenant, its jobs in arrival order
-  std::map<int, int> vrunning_;              // per tenant, jobs running
+  std::deque<int> vqueue_;  // job ids waiting for a worker
+  // Per tenant and kind (groups, tool calls), its jobs in arrival order: each kind's results go
+  // out in order, as the verifier commits them.
+  std::map<std::pair<int, bool>, std::deque<int>> vpending_;
+  std::map<int, int> vrunning_;  // per tenant, jobs running
   int vbusy_ = 0, verifier_device_ = 0;
   int finished_ = 0, next_admit_ = 0;
   double last_settled_ = 0;     // when the service had settled the last finished tenant
@@ -391,7 +393,7 @@ void Simulator::SubmitVerifier(VerifierJob job) {
   const int id = int(vjobs_.size());
   vjobs_.push_back(job);
   vqueue_.push_back(id);
-  vpending_[job.tenant].push_back(id);
+  vpending_[{job.tenant, job.group >= 0}].push_back(id);
 }
 
 void Simulator::KickVerifier() {
@@ -423,10 +425,11 @@ void Simulator::KickVerifier() {
 }
 
 void Simulator::ReleaseVerifierResults() {
-  for (auto& [tenant, pending] : vpending_) {
+  for (auto& [stream, pending] : vpending_) {
+    const int tenant = stream.first;
     while (!pending.empty()) {
       VerifierJob& job = vjobs_[size_t(pending.front())];
-      if (!job.done || job.release > now_ + kEps) break;  // a tenant's results go in order
+      if (!job.done || job.release > now_ + kEps) break;  // each kind's results go in order
       pending.pop_front();
       Tenant& t = tenants_[size_t(tenant)];
       if (job.group >= 0) {

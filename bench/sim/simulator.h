@@ -18,8 +18,8 @@
 //  - verifier: `verifier_workers` workers, FIFO with at most workers - 1 jobs of one tenant
 //    running; a group costs the task's verify_s, a tool call tool_s; with env latency a result
 //    is released no sooner than a lognormal delay (median env_latency_ms, sigma 0.5) after the
-//    record arrived, each tenant's results in order. A group takes 0.15 ms over each ring
-//    (rollout to verifier, verifier to trainer).
+//    record arrived, each tenant's groups in order and its tool results in order. A group takes
+//    0.15 ms over each ring (rollout to verifier, verifier to trainer).
 //  - trainer: one step for every tenant with prompts_per_step groups ready (lockstep: once every
 //    group its round started has arrived), costing trainer(rows, tokens, tenants) with rows the
 //    completions of its non-degenerate groups (each group is degenerate, all rewards equal, with

@@ -25,7 +25,11 @@ namespace {
 
 using pipeline::StageLog;
 constexpr const char* kRole = "verifier";
-constexpr size_t kWindow = 64;  // records in flight
+// Records taken from a ring whose output is not yet committed. Committed ones wait, without
+// counting, until every record before them is committed too (acks go in ring order): a slow
+// record at the front holds back only its own tenant's later ones, and the ring's size bounds
+// what waits behind it.
+constexpr size_t kWindow = 64;
 
 struct Job {
   uint32_t type = 0;
@@ -59,6 +63,7 @@ struct Input {
   RingConsumer ring;
   RingProducer tools;
   std::deque<Slot> window;
+  size_t unpushed = 0;  // slots of `window` with a job whose output is not committed
 };
 
 // Worker threads; at most `cap` jobs of one tenant run at once.
@@ -386,7 +391,7 @@ Status Verifier::Run() {
 }
 
 void Verifier::Fill(Input* in, int64_t wait_ms) {
-  while (in->window.size() < kWindow) {
+  while (in->unpushed < kWindow) {
     auto rec = in->ring.Fetch(in->window.empty() && wait_ms > 0 ? Deadline::AfterMs(wait_ms)
                                                                 : Deadline::Now());
     if (rec.ok()) {
@@ -397,7 +402,10 @@ void Verifier::Fill(Input* in, int64_t wait_ms) {
         const double ms = args_.env_latency_ms * std::exp(0.5 * latency_noise_(latency_rng_));
         s.ready_ns = MonotonicNanos() + int64_t(ms * 1e6);
       }
-      if (s.job) pool_.Submit(s.job);
+      if (s.job) {
+        pool_.Submit(s.job);
+        ++in->unpushed;
+      }
       in->window.push_back(std::move(s));
       continue;
     }
@@ -414,15 +422,21 @@ void Verifier::Fill(Input* in, int64_t wait_ms) {
 }
 
 bool Verifier::Commit(Input* in) {
-  // Commit finished work as it comes, but each tenant's in ring order (a tenant still waiting
-  // on an earlier record holds back only its own later ones).
-  std::set<std::string> blocked;
+  // Commit finished work as it comes, but each tenant's scored groups in ring order, and its
+  // tool results in ring order (a tenant still waiting on an earlier group holds back only its
+  // own later groups: its tool calls, which its completions wait for, go on).
+  std::set<std::pair<std::string, uint32_t>> blocked;
   const int64_t now = MonotonicNanos();
   for (Slot& s : in->window) {
     if (!s.job || s.pushed) continue;
-    if (!blocked.count(s.job->tenant_key) && now >= s.ready_ns && pool_.IsDone(*s.job))
-      Finish(&s, &in->tools);
-    if (!s.pushed) blocked.insert(s.job->tenant_key);
+    const auto stream = std::make_pair(s.job->tenant_key, s.job->type);
+    if (!blocked.count(stream) && now >= s.ready_ns && pool_.IsDone(*s.job)) Finish(&s, &in->tools);
+    if (!s.pushed) {
+      blocked.insert(stream);
+    } else {
+      --in->unpushed;
+      s.job.reset();  // committed: only its place in the ring order is left to keep
+    }
   }
   RecordView last;
   bool any = false;

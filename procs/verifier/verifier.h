@@ -4,8 +4,10 @@
 // results back to the replica whose ring the call came on. A record is acknowledged only after
 // its output is committed, so a killed verifier's successor redoes exactly the unfinished work
 // (duplicates are dropped by id downstream). Outputs are committed as they finish (each tenant's
-// in ring order), so one slow or hanging tenant verifier delays only its own tenant: each tenant
-// may occupy at most workers-1 workers (when there are two or more). A group is verified with one
+// scored groups in ring order, and its tool results in ring order), so one slow or hanging tenant
+// verifier delays only its own tenant's groups: each tenant may occupy at most workers-1 workers
+// (when there are two or more), and records committed behind a slow one do not stop the verifier
+// from taking more. A group is verified with one
 // call (tasks::Task::VerifyAll: python_functions scores it in one sandbox run); a custom command
 // runs per completion, and after an infrastructure failure the rest of that group is not run.
 // A group with a verifier failure is forwarded with `failure` set (never scored as wrong).

@@ -337,6 +337,46 @@ TEST_F(PipelineTest, BrokenTenantVerifiersDoNotHarmOthers) {
   for (const serve::StageView& s : service_->Stages()) EXPECT_EQ(s.restarts, 0) << s.role;
 }
 
+// A tenant whose verifier is slow (within its timeout) holds back only its own groups: the
+// verifier keeps taking records from the ring behind it (its window counts work not yet
+// committed, not records waiting for their turn to be acknowledged), so a calculator tenant's
+// tool calls and groups, well over the window's 64 records, go through meanwhile.
+TEST_F(PipelineTest, ASlowTenantVerifierDoesNotHoldBackAnotherTenantsToolCalls) {
+  StartService();
+  const std::string data = state_dir_ + "/slow.jsonl";
+  {
+    std::ofstream f(data);
+    for (int i = 0; i < 8; ++i)
+      f << nlohmann::json{{"id", std::to_string(i)},
+                          {"prompt", "Q: " + std::to_string(i) + "+1=\nA:"},
+                          {"reference", std::to_string(i + 1)}}
+               .dump()
+        << "\n";
+  }
+  pb::JobSpec slow = SmallJob("slow", "custom", 2, 9);
+  slow.mutable_dataset()->set_jsonl_path(data);
+  slow.mutable_dataset()->set_eval_prompts(2);
+  slow.mutable_verifier()->add_command("/bin/sh");
+  slow.mutable_verifier()->add_command("-c");
+  slow.mutable_verifier()->add_command("sleep 40; echo '{\"reward\": 1}'");
+  slow.mutable_sandbox()->set_timeout_ms(60000);
+  ASSERT_TRUE(service_->Admit(slow).ok());
+  pb::JobSpec calc_job = SmallJob("calc", "calculator_tool", 24, 5);
+  calc_job.mutable_sampling()->set_max_new_tokens(64);  // room for its tool calls
+  ASSERT_TRUE(service_->Admit(calc_job).ok());
+  auto view = [&](const std::string& id) {
+    for (const serve::TenantView& v : service_->Tenants())
+      if (id == v.record.id) return v;
+    return serve::TenantView{};
+  };
+  ASSERT_TRUE(RunUntil([&] { return view("calc").record.state == TenantState::kFinished; }, 35))
+      << "the calculator tenant waited behind the slow one";
+  const serve::TenantView calc = view("calc"), held = view("slow");
+  EXPECT_GT(calc.verifier.tool_calls, 64u);  // more than one window of them
+  EXPECT_EQ(held.verifier.groups, 0u);       // its first group is still being verified
+  EXPECT_EQ(held.record.state, TenantState::kRunning);
+}
+
 // The demo's evaluations run several tenants at once; each result must be what it is alone, and
 // one job's failure stays its own.
 TEST(EvaluationTest, ParallelEvaluationsEqualSequentialOnesAndFailAlone) {
