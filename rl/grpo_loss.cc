@@ -62,7 +62,10 @@ GrpoLosses ComputeGrpoLosses(const TenantBatch& b, const std::vector<int32_t>& t
   auto loss = -(row_objective * per_row(weight)).sum();
   torch::Tensor row_kl;
   if (any_kl) {
-    const auto d = b.ref_logprobs - b.logprobs;
+    // Only at trained positions: elsewhere (prompt, tool results, padding) ref - logp may be
+    // large enough that exp overflows, and inf * 0 would be NaN in the loss and the gradient.
+    const auto d =
+        torch::where(mask > 0, b.ref_logprobs - b.logprobs, torch::zeros_like(b.logprobs));
     row_kl = ((torch::exp(d) - d - 1) * mask).sum(1, /*keepdim=*/true);
     loss = loss + (row_kl * per_row(kl_weight)).sum();
   }

@@ -1,6 +1,7 @@
 #include "rl/multi_tenant_step.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "model/token_logprobs.h"
 
@@ -253,6 +254,10 @@ std::vector<TenantStepResult> MultiTenantStep(const model::Transformer& model,
     auto& flat = t.adapter->flat();
     if (!flat.grad().defined()) continue;
     results[k].grad_norm = flat.grad().norm().item<double>();
+    if (!std::isfinite(results[k].grad_norm)) {  // an update would make the adapter NaN
+      results[k].not_finite = true;
+      continue;
+    }
     if (t.grad_clip > 0)
       torch::nn::utils::clip_grad_norm_(std::vector<torch::Tensor>{flat}, t.grad_clip);
     t.optimizer->step();

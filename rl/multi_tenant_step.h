@@ -3,7 +3,9 @@
 // batch, so short answers are not padded to long ones; rows carry their tenant's adapter), each
 // tenant's loss is normalised on its own tokens, the losses are summed and backpropagated once,
 // and then each tenant's gradient is clipped and its own AdamW steps. Because adapters are
-// disjoint parameters, each tenant ends exactly where a separate step would have taken it.
+// disjoint parameters, each tenant ends exactly where a separate step would have taken it. A
+// tenant whose gradient is not finite is not updated (TenantStepResult::not_finite); the others
+// are.
 // Prompt sharing: consecutive completions of a tenant that start with the same tokens (a GRPO
 // group's prompt) have that prefix computed once (model::Transformer::HiddenShared); losses and
 // gradients are those of the unshared step up to rounding.
@@ -56,6 +58,9 @@ struct TenantStepResult {
   // longest prefix); the rest is its rows x its longest suffix.
   int64_t own_prefix_rows = 0;
   int64_t own_prefix_tokens = 0;
+  // Its gradient was not finite (grad_norm inf or NaN): no update, its adapter and optimizer
+  // state are as they were.
+  bool not_finite = false;
 };
 
 std::vector<TenantStepResult> MultiTenantStep(const model::Transformer& model,

@@ -277,6 +277,11 @@ void Rollout::SyncTenants() {
       t->metrics.cursor = std::max(t->metrics.cursor, tm->cursor);
       t->retired = tm->groups + tm->groups_dropped;
       t->dropped = tm->groups_dropped;
+      // Every group the trainer retired was committed, by us or by a rollout before a restart of
+      // the service (whose counts went with its segments): pacing counts from there. Otherwise a
+      // resumed tenant's committed count started at 0, below the retired one, and its groups in
+      // flight were never counted against the staleness bound.
+      t->metrics.groups = std::max(t->metrics.groups, t->retired);
       if (tm->steps >= t->spec.max_steps()) t->finished = true;
     }
     RefreshAdapter(t);
@@ -454,7 +459,9 @@ void Rollout::OnFinished(model::GenerationResult& r) {
     const auto last = sandbox::TrailingToolCall(text);
     if (last) {
       pb::ToolCall c;
-      c.set_call_id(next_call_++);
+      // Unique across restarts, as group ids are: a restarted rollout must not take a result the
+      // verifier still returns for its predecessor's call of the same number.
+      c.set_call_id((uint64_t(incarnation_) << 32) | (next_call_++ & 0xffffffffu));
       c.set_trajectory_id(s->traj->trajectory_id());
       c.set_tenant(t->id);
       c.set_tool(last->name);
@@ -531,6 +538,12 @@ void Rollout::DrainToolResults() {
     auto p = parked_.find(res.call_id());
     if (p == parked_.end()) continue;  // a duplicate, or for a sequence lost in a restart
     auto it = seqs_.find(p->second);
+    if (it != seqs_.end() && it->second->traj->trajectory_id() != res.trajectory_id()) {
+      StageLog(kRole, "ignored a tool result for call %llu of trajectory %llu: that call is %llu's",
+               (unsigned long long)res.call_id(), (unsigned long long)res.trajectory_id(),
+               (unsigned long long)it->second->traj->trajectory_id());
+      continue;
+    }
     parked_.erase(p);
     if (it == seqs_.end()) continue;
     Sequence* s = it->second.get();

@@ -148,14 +148,23 @@ Result<LoadedCheckpoint> LoadLatestCheckpoint(
   }
   if (all.empty()) return Status(StatusCode::kNotFound, "no checkpoint under " + root);
   std::sort(all.rbegin(), all.rend());
-  std::vector<std::string> skipped;
+  std::vector<std::string> skipped, bad;
   for (const std::string& n : all) {
     auto loaded = LoadOne(root + "/" + n, base, make_optimizer);
     if (loaded.ok()) {
+      const uint64_t retired = loaded->state.groups_trained + loaded->state.groups_dropped;
+      for (const std::string& b : bad) {
+        unsigned long long steps = 0, had = 0;
+        if (std::sscanf(b.c_str(), "step-%llu-%llu", &steps, &had) == 2 && had > retired)
+          loaded->lost_retired = std::max<uint64_t>(loaded->lost_retired, had - retired);
+        fs::remove_all(root + "/.bad-" + b, ec);
+        fs::rename(root + "/" + b, root + "/.bad-" + b, ec);
+      }
       loaded->skipped = std::move(skipped);
       return loaded;
     }
     skipped.push_back(loaded.status().ToString());
+    bad.push_back(n);
   }
   std::string why;
   for (const std::string& s : skipped) why += "; " + s;

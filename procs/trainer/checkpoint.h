@@ -39,10 +39,17 @@ struct LoadedCheckpoint {
   CheckpointState state;
   std::string dir;
   std::vector<std::string> skipped;  // newer checkpoints that failed to load, with the reason
+  // Groups the skipped checkpoints had retired (trained or dropped) beyond this one: the trainer
+  // acknowledged them on the ring when it wrote those checkpoints, so they will not come again.
+  uint64_t lost_retired = 0;
 };
-// The newest loadable checkpoint; kNotFound when the tenant has none. The optimizer state is
-// loaded into `optimizer`, which must already own `loaded.adapter.flat()` — so this returns the
-// adapter first through `adapter_out` and then fills the optimizer via `make_optimizer`.
+// The newest loadable checkpoint; kNotFound when the tenant has none. Newer ones that fail to
+// load are renamed .bad-<name> once an older one loads (kept for inspection, and no longer taken
+// for the newest: neither by the keep-two rule nor as "already saved" when training reaches the
+// same step again); with none loadable, nothing is renamed and the error names each. The optimizer
+// state is loaded into `optimizer`, which must already own `loaded.adapter.flat()` — so this
+// returns the adapter first through `adapter_out` and then fills the optimizer via
+// `make_optimizer`.
 Result<LoadedCheckpoint> LoadLatestCheckpoint(
     const std::string& tenant_dir, const model::BaseWeights& base,
     const std::function<torch::optim::Optimizer*(model::LoraAdapter*)>& make_optimizer);

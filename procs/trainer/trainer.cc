@@ -161,6 +161,16 @@ Status Trainer::StartTenant(const pipeline::WatchedTenant& w) {
       StageLog(kRole, "tenant %s: skipped a bad checkpoint: %s", t->id.c_str(), s.c_str());
     t->adapter = std::move(loaded->adapter);
     t->ck = loaded->state;
+    if (loaded->lost_retired > 0) {
+      // Groups the bad checkpoints had retired were acknowledged on the ring: they are gone.
+      // Counted as dropped, so that the rollout (which paces on trained + dropped) and the
+      // tenant's totals stay whole.
+      t->ck.groups_dropped += loaded->lost_retired;
+      pipeline::AppendLine(t->dir + "/trainer.log",
+                           "lost " + std::to_string(loaded->lost_retired) +
+                               " trained groups with a bad checkpoint; resumed from " +
+                               loaded->dir);
+    }
     StageLog(kRole, "tenant %s: resumed from %s (step %llu, version %llu)", t->id.c_str(),
              loaded->dir.c_str(), (unsigned long long)t->ck.steps,
              (unsigned long long)t->ck.version);
@@ -192,8 +202,11 @@ Status Trainer::StartTenant(const pipeline::WatchedTenant& w) {
     MARLAAS_RETURN_IF_ERROR(Publish(t.get()));
   } else if (published > t->ck.version) {
     // Steps after our last checkpoint were published and lost with the process: their groups
-    // come again from the ring. Republish the checkpoint under a newer number.
-    t->ck.version = published + 1;
+    // come again from the ring. Republish the checkpoint under a number far enough past the lost
+    // ones that every group sampled before (by a lost version, whose weights are gone, or by an
+    // older one) counts as stale and is dropped, as DESIGN says; `published + 1` let a group of
+    // the last lost version through as 1 step stale.
+    t->ck.version = published + t->spec.max_staleness() + 1;
     MARLAAS_RETURN_IF_ERROR(Publish(t.get()));
   }
   auto old = metrics_.LoadTenant(t->row);
@@ -456,25 +469,50 @@ bool Trainer::TrainReady(bool under_pressure) {
     for (auto& group : t->optimizer->param_groups())
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   }
-  std::vector<rl::TenantStepResult> results;
+  // E.g. out of memory on a batch this large. Retrying the same batch after a restart would fail
+  // the same way, so the groups of a tenant whose step fails are dropped with the reason. A
+  // shared step that fails is tried again one tenant at a time: only the tenants that fail alone
+  // lose their groups.
+  std::vector<rl::TenantStepResult> results(steps.size());
+  std::vector<std::string> failed(steps.size());
+  auto run = [&](const std::vector<size_t>& which) {
+    std::vector<rl::TenantStep> part;
+    for (size_t i : which) part.push_back(steps[i]);
+    std::vector<rl::TenantStepResult> got = rl::MultiTenantStep(model_, part);
+    for (size_t j = 0; j < which.size(); ++j) results[which[j]] = got[j];
+  };
+  std::vector<size_t> every(steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) every[i] = i;
   try {
-    if (!steps.empty()) results = rl::MultiTenantStep(model_, steps);
+    if (!steps.empty()) run(every);
   } catch (const std::exception& e) {
-    // E.g. out of memory on a batch this large. Retrying the same batch after a restart would
-    // fail the same way, so its groups are dropped with the reason and nothing steps.
-    const std::string why = std::string("training step failed: ") + e.what();
-    StageLog(kRole, "%s", why.substr(0, 300).c_str());
-    ++engine_.errors;
-    for (size_t k = 0; k < stepping.size(); ++k) {
+    StageLog(kRole, "training step of %zu tenant(s) failed: %.300s", steps.size(), e.what());
+    for (size_t i = 0; i < steps.size(); ++i) {
+      try {
+        if (steps.size() == 1) throw;
+        run({i});
+      } catch (const std::exception& alone) {
+        failed[i] = std::string("training step failed: ") + alone.what();
+      }
+    }
+  }
+  for (size_t k = 0; k < stepping.size(); ++k) {
+    const size_t i = step_of[k];
+    if (i != SIZE_MAX && failed[i].empty() && results[i].not_finite) {
+      failed[i] = "training step failed: the gradient is not finite (grad norm " +
+                  std::to_string(results[i].grad_norm) + "); the adapter was not updated";
+    }
+    if (i != SIZE_MAX && !failed[i].empty()) {
+      const std::string& why = failed[i];
+      StageLog(kRole, "tenant %s: %s", stepping[k]->id.c_str(), why.substr(0, 300).c_str());
+      ++engine_.errors;
       for (const pb::TrajectoryGroup& g : batches[k])
         Retire(stepping[k], g.group_id(), why.substr(0, 200));
       std::snprintf(stepping[k]->metrics.last_error, sizeof(stepping[k]->metrics.last_error), "%s",
                     why.c_str());
+      continue;
     }
-    return true;
-  }
-  for (size_t k = 0; k < stepping.size(); ++k) {
-    FinishStep(stepping[k], batches[k], step_of[k] == SIZE_MAX ? nullptr : &results[step_of[k]],
+    FinishStep(stepping[k], batches[k], i == SIZE_MAX ? nullptr : &results[i],
                degenerate_in_step[stepping[k]]);
   }
   const int64_t spent = MonotonicNanos() - t0;

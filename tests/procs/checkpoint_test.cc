@@ -114,7 +114,16 @@ TEST_F(CheckpointTest, TruncatedNewestFallsBackToThePreviousAndSaysWhich) {
   EXPECT_NE(loaded->skipped[0].find("step-00000004-000000000000/adapter_model.safetensors"),
             std::string::npos)
       << loaded->skipped[0];
-  // Both broken: the error names each.
+  // The bad one is set aside under .bad-<name>.
+  EXPECT_FALSE(fs::exists(dir_ + "/checkpoints/step-00000004-000000000000"));
+  EXPECT_TRUE(fs::exists(dir_ + "/checkpoints/.bad-step-00000004-000000000000/state.json"));
+  // With none loadable, nothing is set aside (a restart must not take that for "no checkpoint"
+  // and start over), and the error names each.
+  Trained t6 = MakeTrained(*base_, 6);
+  CheckpointState s6;
+  s6.steps = 6;
+  ASSERT_TRUE(SaveCheckpoint(dir_, t6.adapter, *t6.opt, s6).ok());
+  fs::resize_file(dir_ + "/checkpoints/step-00000006-000000000000/optimizer.pt", 10);
   const std::string older = dir_ + "/checkpoints/step-00000002-000000000000/optimizer.pt";
   fs::resize_file(older, 10);
   auto none = LoadLatestCheckpoint(dir_, *base_, make);
@@ -123,7 +132,47 @@ TEST_F(CheckpointTest, TruncatedNewestFallsBackToThePreviousAndSaysWhich) {
   EXPECT_NE(none.status().message().find("step-00000002-000000000000/optimizer.pt"),
             std::string::npos)
       << none.status().message();
-  EXPECT_NE(none.status().message().find("step-00000004"), std::string::npos);
+  EXPECT_NE(none.status().message().find("step-00000006"), std::string::npos);
+  EXPECT_TRUE(fs::exists(dir_ + "/checkpoints/step-00000006-000000000000"));
+  EXPECT_TRUE(fs::exists(dir_ + "/checkpoints/step-00000002-000000000000"));
+}
+
+// Falling back past a bad checkpoint loses the groups it had retired (the trainer acknowledged
+// them on the ring when it wrote it): the loader counts them. Training that reaches the same
+// step again writes a new checkpoint under that name, instead of taking the bad folder for one
+// already saved.
+TEST_F(CheckpointTest, AFallbackCountsTheLostGroupsAndTheSameStepIsSavedAgain) {
+  for (uint64_t steps : {2, 4}) {
+    Trained t = MakeTrained(*base_, int(steps));
+    CheckpointState s;
+    s.steps = steps;
+    s.groups_trained = 2 * steps;
+    ASSERT_TRUE(SaveCheckpoint(dir_, t.adapter, *t.opt, s).ok());
+  }
+  const std::string bad = dir_ + "/checkpoints/step-00000004-000000000008";
+  fs::resize_file(bad + "/optimizer.pt", 10);
+  std::unique_ptr<torch::optim::AdamW> opt;
+  auto make = [&](model::LoraAdapter* a) {
+    opt = std::make_unique<torch::optim::AdamW>(std::vector<torch::Tensor>{a->flat()},
+                                                torch::optim::AdamWOptions(1e-2));
+    return opt.get();
+  };
+  auto loaded = LoadLatestCheckpoint(dir_, *base_, make);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->state.steps, 2u);
+  EXPECT_EQ(loaded->lost_retired, 4u);  // 8 retired by step 4, 4 by step 2
+  // Trained again to step 4 (other weights this time), with the same counters.
+  Trained again = MakeTrained(*base_, 7);
+  CheckpointState s;
+  s.steps = 4;
+  s.groups_trained = 8;
+  ASSERT_TRUE(SaveCheckpoint(dir_, again.adapter, *again.opt, s).ok());
+  auto reloaded = LoadLatestCheckpoint(dir_, *base_, make);
+  ASSERT_TRUE(reloaded.ok()) << reloaded.status().ToString();
+  EXPECT_EQ(reloaded->state.steps, 4u);
+  EXPECT_EQ(reloaded->lost_retired, 0u);
+  EXPECT_TRUE(reloaded->skipped.empty());
+  EXPECT_TRUE(torch::equal(reloaded->adapter.flat(), again.adapter.flat()));
 }
 
 TEST_F(CheckpointTest, SavingAgainWithoutAStepKeepsTheOldFolderUntilTheNewIsIn) {

@@ -78,6 +78,8 @@ TEST_F(PipelineTest, KillEachStageMidRunLosesNothing) {
   } kKills[] = {{"rollout", 2, pipeline::kTrajRing},
                 {"verifier", 5, pipeline::kScoredRing},
                 {"trainer", 8, nullptr}};
+  std::map<std::string, uint64_t> published_at_trainer_kill;
+  std::map<std::string, size_t> lines_at_trainer_kill;
   for (const auto& k : kKills) {
     ASSERT_TRUE(RunUntil([&] { return max_steps() >= k.at_step; }, 90, watch_versions))
         << "training stalled before killing the " << k.role;
@@ -85,6 +87,17 @@ TEST_F(PipelineTest, KillEachStageMidRunLosesNothing) {
     ASSERT_GT(pid, 0);
     ASSERT_EQ(kill(pid, SIGKILL), 0);
     WaitDead(pid);
+    if (std::string(k.role) == "trainer") {
+      for (const serve::TenantView& t : service_->Tenants()) {
+        auto v = store->PublishedVersion(t.record.adapter_slot);
+        ASSERT_TRUE(v.ok());
+        published_at_trainer_kill[t.record.id] = *v;
+        std::ifstream f(TenantDir(t.record.id) + "/steps.jsonl");
+        size_t n = 0;
+        for (std::string l; std::getline(f, l);) ++n;
+        lines_at_trainer_kill[t.record.id] = n;
+      }
+    }
     if (k.ring) InjectJunk(instance_, k.ring);
     // serve restarts it within a second.
     EXPECT_TRUE(RunUntil(
@@ -109,9 +122,20 @@ TEST_F(PipelineTest, KillEachStageMidRunLosesNothing) {
     // The staleness bound held for everything trained.
     for (int b = 2; b < kStalenessBuckets; ++b) EXPECT_EQ(t.trainer.staleness[b], 0u) << id;
     std::ifstream steps(TenantDir(id) + "/steps.jsonl");
-    for (std::string line; std::getline(steps, line);) {
+    size_t n = 0;
+    bool resumed_behind = false;
+    for (std::string line; std::getline(steps, line); ++n) {
       auto e = nlohmann::json::parse(line);
       EXPECT_LE(e["staleness"].get<int>(), 1) << id << ": " << line;
+      // A trainer restarted behind what it had published (steps after its checkpoint lost)
+      // republishes past the lost versions; then nothing sampled by a version published before
+      // the kill is trained: those weights died with it, or are older than what it resumed from.
+      const uint64_t published = published_at_trainer_kill[id];
+      if (n == lines_at_trainer_kill[id])
+        resumed_behind = e["trained_at"].get<uint64_t>() > published;
+      if (n >= lines_at_trainer_kill[id] && resumed_behind) {
+        EXPECT_GT(e["behaviour_versions"][0].get<uint64_t>(), published) << id << ": " << line;
+      }
     }
     if (t.trainer.groups_dropped > 0) {
       EXPECT_NE(ReadAll(TenantDir(id) + "/trainer.log").find("dropped group"), std::string::npos)
@@ -335,6 +359,40 @@ TEST_F(PipelineTest, BrokenTenantVerifiersDoNotHarmOthers) {
   }
   // The supervisor did not restart anything: a broken tenant verifier never crashes a stage.
   for (const serve::StageView& s : service_->Stages()) EXPECT_EQ(s.restarts, 0) << s.role;
+}
+
+// A newest checkpoint that is found bad when the trainer restarts: the trainer resumes from the
+// one before, counts the groups the bad one had retired as lost (dropped: they were acknowledged
+// on the ring), and the tenant trains to the end (the rollout's pacing, trained + dropped,
+// stays whole; it used to wait for those groups for ever).
+TEST_F(PipelineTest, ABadNewestCheckpointAtATrainerRestartLosesItsGroupsButNotTheTenant) {
+  StartService();
+  pb::JobSpec j = SmallJob("fallback", "arithmetic", 14, 3);
+  j.set_checkpoint_every(2);
+  ASSERT_TRUE(service_->Admit(j).ok());
+  auto steps = [&] {
+    const auto v = service_->Tenants();
+    return v.empty() ? uint64_t(0) : v[0].trainer.steps;
+  };
+  ASSERT_TRUE(RunUntil([&] { return steps() >= 6; }, 90)) << "training stalled";
+  const pid_t trainer = service_->StagePid("trainer");
+  ASSERT_GT(trainer, 0);
+  ASSERT_EQ(::kill(trainer, SIGSTOP), 0);  // no checkpoint is written while we break the newest
+  const std::string ckpts = TenantDir("fallback") + "/checkpoints";
+  std::string latest = ReadAll(ckpts + "/LATEST");
+  while (!latest.empty() && latest.back() == '\n') latest.pop_back();
+  ASSERT_FALSE(latest.empty());
+  fs::resize_file(ckpts + "/" + latest + "/optimizer.pt", 10);
+  ASSERT_EQ(::kill(trainer, SIGKILL), 0);
+  WaitDead(trainer);
+  ASSERT_TRUE(RunUntil([&] { return service_->AllDone(); }, 90))
+      << "the tenant did not finish after its trainer fell back to an older checkpoint";
+  const serve::TenantView v = service_->Tenants()[0];
+  EXPECT_EQ(v.record.state, TenantState::kFinished);
+  EXPECT_EQ(v.trainer.steps, 14u);
+  const std::string log = ReadAll(TenantDir("fallback") + "/trainer.log");
+  EXPECT_NE(log.find("trained groups with a bad checkpoint"), std::string::npos) << log;
+  EXPECT_TRUE(fs::exists(ckpts + "/.bad-" + latest)) << latest;
 }
 
 // A tenant whose verifier is slow (within its timeout) holds back only its own groups: the

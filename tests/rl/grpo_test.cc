@@ -90,6 +90,24 @@ TEST(GrpoLossTest, KlK3IsZeroAtTheReferenceAndPositiveAway) {
   EXPECT_NEAR(out.loss.item<double>(), 0.5 * kl, 1e-6);
 }
 
+// The KL term is computed at trained positions only: at a masked one (prompt, tool result,
+// padding) the policy may be far below the reference (exp(ref - logp) = inf in float), which
+// times its mask of 0 made the loss and the gradient NaN.
+TEST(GrpoLossTest, KlStaysFiniteWhereAMaskedPositionIsFarFromTheReference) {
+  GrpoConfig c;
+  c.kl_beta = 0.1f;
+  auto logp = torch::tensor({{-200.0f, -1.0f}}).requires_grad_();
+  TenantBatch b = Batch(logp, logp.detach(), torch::tensor({{0.0f, 1.0f}}), torch::tensor({1.0f}));
+  b.ref_logprobs = torch::tensor({{0.0f, -1.5f}});
+  auto out = ComputeGrpoLoss(b, c);
+  ASSERT_TRUE(std::isfinite(out.loss.item<double>()));
+  out.loss.backward();
+  EXPECT_TRUE(torch::isfinite(logp.grad()).all().item<bool>()) << logp.grad();
+  EXPECT_EQ(logp.grad()[0][0].item<float>(), 0.0f);  // no gradient where nothing is trained
+  const double d = -0.5;                             // the trained position's ref - logp
+  EXPECT_NEAR(out.mean_kl, std::exp(d) - d - 1, 1e-6);
+}
+
 // Tokens left out of the batch (a step's degenerate groups) count in the mean: the objective and
 // the KL term are divided by all the step's tokens; the reported KL stays the batch's own mean.
 TEST(GrpoLossTest, SkippedTokensCountInTheMeanButNotInTheReportedKl) {

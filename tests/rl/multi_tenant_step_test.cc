@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 namespace marlaas::rl {
@@ -229,6 +230,38 @@ TEST(MultiTenantStepTest, LeftOutZeroAdvantageRowsStillCountInTheMean) {
 }
 
 // One tenant, one completion with positive advantage: steps raise its log-probability.
+// A tenant whose gradient is not finite (here: behaviour log-probs so low that the ratio
+// overflows, with a negative advantage) is not updated, and the tenant it shares the step with
+// is updated exactly as beside a finite one of the same shapes.
+TEST(MultiTenantStepTest, ATenantWhoseGradientIsNotFiniteIsNotUpdatedAndTheOthersAre) {
+  auto w = *model::BaseWeights::Load(kData + "/llama");
+  model::Transformer model(w);
+  const uint32_t all = (1u << kNumLoraTargets) - 1;
+  Tenant good = MakeTenant(*w, 4, all, 21, 3, 1.0f), bad = MakeTenant(*w, 4, all, 22, 3, 1.0f);
+  // The same two tenants with a finite second one: the same shapes, batches and padding.
+  Tenant good2 = MakeTenant(*w, 4, all, 21, 3, 1.0f), finite = MakeTenant(*w, 4, all, 22, 3, 1.0f);
+  for (Completion& c : bad.completions) {
+    c.advantage = -1.0f;
+    for (size_t i = 0; i < c.tokens.size(); ++i)
+      if (c.loss_mask[i]) c.behaviour_logprobs[i] = -1e4f;
+  }
+  const torch::Tensor bad_before = bad.adapter->flat().detach().clone();
+  const torch::Tensor good_before = good.adapter->flat().detach().clone();
+  std::vector<TenantStep> steps = {StepOf(good), StepOf(bad)};
+  const auto results = MultiTenantStep(model, steps);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_TRUE(results[1].not_finite);
+  EXPECT_FALSE(std::isfinite(results[1].grad_norm));
+  EXPECT_TRUE(torch::equal(bad.adapter->flat(), bad_before));
+  EXPECT_FALSE(results[0].not_finite);
+  EXPECT_FALSE(torch::equal(good.adapter->flat(), good_before));
+  EXPECT_TRUE(torch::isfinite(good.adapter->flat()).all().item<bool>());
+  for (Completion& c : finite.completions) c.advantage = -1.0f;
+  std::vector<TenantStep> beside_finite = {StepOf(good2), StepOf(finite)};
+  MultiTenantStep(model, beside_finite);
+  EXPECT_TRUE(torch::equal(good.adapter->flat(), good2.adapter->flat()));
+}
+
 TEST(MultiTenantStepTest, PositiveAdvantageRaisesTheCompletionsLogProb) {
   auto w = *model::BaseWeights::Load(kData + "/llama");
   model::Transformer model(w);
