@@ -265,4 +265,34 @@ std::vector<TenantStepResult> MultiTenantStep(const model::Transformer& model,
   return results;
 }
 
+IsolatedSteps MultiTenantStepIsolated(const model::Transformer& model,
+                                      std::vector<TenantStep>& tenants, bool share_prompts) {
+  IsolatedSteps out;
+  out.results.resize(tenants.size());
+  out.failed.resize(tenants.size());
+  try {
+    out.results = MultiTenantStep(model, tenants, share_prompts);
+  } catch (const std::exception& shared) {
+    for (size_t k = 0; k < tenants.size(); ++k) {
+      if (tenants.size() == 1) {
+        out.failed[k] = std::string("training step failed: ") + shared.what();
+        break;
+      }
+      std::vector<TenantStep> alone = {tenants[k]};
+      try {
+        out.results[k] = MultiTenantStep(model, alone, share_prompts)[0];
+      } catch (const std::exception& e) {
+        out.failed[k] = std::string("training step failed: ") + e.what();
+      }
+    }
+  }
+  for (size_t k = 0; k < tenants.size(); ++k) {
+    if (out.failed[k].empty() && out.results[k].not_finite) {
+      out.failed[k] = "training step failed: the gradient is not finite (grad norm " +
+                      std::to_string(out.results[k].grad_norm) + "); the adapter was not updated";
+    }
+  }
+  return out;
+}
+
 }  // namespace marlaas::rl

@@ -12,6 +12,7 @@
 // Trainer thread only.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "model/lora_adapter.h"
@@ -66,5 +67,16 @@ struct TenantStepResult {
 std::vector<TenantStepResult> MultiTenantStep(const model::Transformer& model,
                                               std::vector<TenantStep>& tenants,
                                               bool share_prompts = true);
+
+// MultiTenantStep, with each tenant's failure its own. When the shared step throws (out of
+// memory on a large batch, a token outside the vocabulary), every tenant is stepped again alone,
+// so only those that fail alone fail. failed[k] says why tenant k was not updated ("" when it
+// was): its step threw, or its gradient was not finite.
+struct IsolatedSteps {
+  std::vector<TenantStepResult> results;
+  std::vector<std::string> failed;
+};
+IsolatedSteps MultiTenantStepIsolated(const model::Transformer& model,
+                                      std::vector<TenantStep>& tenants, bool share_prompts = true);
 
 }  // namespace marlaas::rl

@@ -469,41 +469,16 @@ bool Trainer::TrainReady(bool under_pressure) {
     for (auto& group : t->optimizer->param_groups())
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   }
-  // E.g. out of memory on a batch this large. Retrying the same batch after a restart would fail
-  // the same way, so the groups of a tenant whose step fails are dropped with the reason. A
-  // shared step that fails is tried again one tenant at a time: only the tenants that fail alone
-  // lose their groups.
-  std::vector<rl::TenantStepResult> results(steps.size());
-  std::vector<std::string> failed(steps.size());
-  auto run = [&](const std::vector<size_t>& which) {
-    std::vector<rl::TenantStep> part;
-    for (size_t i : which) part.push_back(steps[i]);
-    std::vector<rl::TenantStepResult> got = rl::MultiTenantStep(model_, part);
-    for (size_t j = 0; j < which.size(); ++j) results[which[j]] = got[j];
-  };
-  std::vector<size_t> every(steps.size());
-  for (size_t i = 0; i < steps.size(); ++i) every[i] = i;
-  try {
-    if (!steps.empty()) run(every);
-  } catch (const std::exception& e) {
-    StageLog(kRole, "training step of %zu tenant(s) failed: %.300s", steps.size(), e.what());
-    for (size_t i = 0; i < steps.size(); ++i) {
-      try {
-        if (steps.size() == 1) throw;
-        run({i});
-      } catch (const std::exception& alone) {
-        failed[i] = std::string("training step failed: ") + alone.what();
-      }
-    }
-  }
+  // A tenant whose step fails (out of memory on a batch this large; a gradient that is not
+  // finite) has its groups dropped with the reason: retried after a restart, the same batch
+  // would fail the same way. The others in the step go on (rl::MultiTenantStepIsolated).
+  rl::IsolatedSteps done;
+  if (!steps.empty()) done = rl::MultiTenantStepIsolated(model_, steps);
+  const std::vector<rl::TenantStepResult>& results = done.results;
   for (size_t k = 0; k < stepping.size(); ++k) {
     const size_t i = step_of[k];
-    if (i != SIZE_MAX && failed[i].empty() && results[i].not_finite) {
-      failed[i] = "training step failed: the gradient is not finite (grad norm " +
-                  std::to_string(results[i].grad_norm) + "); the adapter was not updated";
-    }
-    if (i != SIZE_MAX && !failed[i].empty()) {
-      const std::string& why = failed[i];
+    if (i != SIZE_MAX && !done.failed[i].empty()) {
+      const std::string& why = done.failed[i];
       StageLog(kRole, "tenant %s: %s", stepping[k]->id.c_str(), why.substr(0, 300).c_str());
       ++engine_.errors;
       for (const pb::TrajectoryGroup& g : batches[k])

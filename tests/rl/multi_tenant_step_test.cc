@@ -262,6 +262,32 @@ TEST(MultiTenantStepTest, ATenantWhoseGradientIsNotFiniteIsNotUpdatedAndTheOther
   EXPECT_TRUE(torch::equal(good.adapter->flat(), good2.adapter->flat()));
 }
 
+// One tenant's failure is its own: a shared step that throws (here: a token outside the
+// vocabulary in one tenant's rows) is retried tenant by tenant; the good tenant ends exactly as
+// alone, the bad one unchanged with the reason.
+TEST(MultiTenantStepTest, IsolatedStepsFailOnlyTheTenantThatFailsAlone) {
+  auto w = *model::BaseWeights::Load(kData + "/llama");
+  model::Transformer model(w);
+  const uint32_t all = (1u << kNumLoraTargets) - 1;
+  Tenant good = MakeTenant(*w, 4, all, 31, 3, 1.0f), bad = MakeTenant(*w, 4, all, 32, 3, 1.0f);
+  Tenant alone = MakeTenant(*w, 4, all, 31, 3, 1.0f);
+  bad.completions[1].tokens.back() = int32_t(w->config.vocab_size);
+  const torch::Tensor bad_before = bad.adapter->flat().detach().clone();
+  std::vector<TenantStep> steps = {StepOf(good), StepOf(bad)};
+  EXPECT_ANY_THROW(MultiTenantStep(model, steps));  // shared, it fails for both
+  good = MakeTenant(*w, 4, all, 31, 3, 1.0f);
+  steps = {StepOf(good), StepOf(bad)};
+  const IsolatedSteps done = MultiTenantStepIsolated(model, steps);
+  ASSERT_EQ(done.failed.size(), 2u);
+  EXPECT_EQ(done.failed[0], "");
+  EXPECT_NE(done.failed[1].find("training step failed"), std::string::npos) << done.failed[1];
+  EXPECT_TRUE(torch::equal(bad.adapter->flat(), bad_before));
+  std::vector<TenantStep> one = {StepOf(alone)};
+  MultiTenantStep(model, one);
+  EXPECT_TRUE(torch::equal(good.adapter->flat(), alone.adapter->flat()));
+  EXPECT_GT(done.results[0].grad_norm, 0);
+}
+
 TEST(MultiTenantStepTest, PositiveAdvantageRaisesTheCompletionsLogProb) {
   auto w = *model::BaseWeights::Load(kData + "/llama");
   model::Transformer model(w);
