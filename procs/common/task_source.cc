@@ -27,8 +27,18 @@ Result<std::unique_ptr<TaskSource>> TaskSource::ForJob(const pb::JobSpec& spec) 
   }
   if (s->rows_.empty())
     return Status(StatusCode::kInvalidArgument, "dataset " + path + " is empty");
+  // The first eval_prompts rows are held out; with no row left to train on, the held-out reward
+  // would be measured on the training prompts (it once was, silently).
   const size_t eval = spec.dataset().eval_prompts();
-  s->eval_rows_ = s->rows_.size() > eval ? eval : 0;
+  if (eval > 0 && s->rows_.size() <= eval) {
+    return Status(StatusCode::kInvalidArgument,
+                  "dataset " + path + " has " + std::to_string(s->rows_.size()) +
+                      " examples and its first dataset.eval_prompts (" + std::to_string(eval) +
+                      ") are held out for evaluation, which leaves none to train on: set "
+                      "dataset.eval_prompts below " +
+                      std::to_string(s->rows_.size()));
+  }
+  s->eval_rows_ = eval;
   return s;
 }
 

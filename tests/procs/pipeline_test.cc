@@ -707,9 +707,12 @@ TEST_F(PipelineTest, ATenantTheRolloutCannotServeIsFailedWithTheReason) {
   StartService();
   const std::string data = state_dir_ + "/vanishing.jsonl";
   std::ofstream(data) << R"({"id":"1","prompt":"Q: 1+1=\nA:","reference":"2"})"
+                      << "\n"
+                      << R"({"id":"2","prompt":"Q: 2+1=\nA:","reference":"3"})"
                       << "\n";
   pb::JobSpec gone = SmallJob("gone", "custom", 3, 1);
   gone.mutable_dataset()->set_jsonl_path(data);
+  gone.mutable_dataset()->set_eval_prompts(1);
   gone.mutable_verifier()->add_command("/bin/true");
   // The rollout is paused while the tenant is admitted and its dataset removed, so it first
   // looks for the tenant after the file is gone.

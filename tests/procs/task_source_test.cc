@@ -79,5 +79,32 @@ TEST(TaskSourceTest, VerifyAllRunsTheCommandPerCompletionAndStopsAtAFailure) {
   EXPECT_THROW((*source)->VerifyAll(four, {" 2"}), std::invalid_argument);
 }
 
+// A custom dataset holds out its first eval_prompts rows for the base and final reward; one with
+// no row left to train on is refused by name (its "held-out" reward was measured on the training
+// prompts), and otherwise the two parts do not meet.
+TEST(TaskSourceTest, TheHeldOutRowsAreNeverTrainedOnAndMustLeaveSomeToTrain) {
+  pb::JobSpec j = CustomJob("split");
+  j.mutable_verifier()->add_command("/bin/true");
+  j.mutable_dataset()->set_eval_prompts(64);
+  auto refused = TaskSource::ForJob(j);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("has 1 examples"), std::string::npos)
+      << refused.status().message();
+  EXPECT_NE(refused.status().message().find("dataset.eval_prompts below 1"), std::string::npos);
+  {
+    std::ofstream f(j.dataset().jsonl_path());
+    for (int i = 0; i < 5; ++i)
+      f << R"({"id": "p)" << i << R"(", "prompt": "Q", "reference": "r"})"
+        << "\n";
+  }
+  j.mutable_dataset()->set_eval_prompts(2);
+  auto source = TaskSource::ForJob(j);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  ASSERT_EQ((*source)->eval_count(), 2u);
+  for (uint64_t e = 0; e < 2; ++e)
+    for (uint64_t t = 0; t < 6; ++t) EXPECT_NE((*source)->Eval(e).id, (*source)->Train(t).id);
+}
+
 }  // namespace
 }  // namespace marlaas::pipeline
