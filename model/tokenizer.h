@@ -2,6 +2,8 @@
 // style: regex pre-tokenizer, byte-level alphabet, merges, added and special tokens), and the
 // byte vocabulary of the built-in tiny model, written in the same format. Vocabulary and merges
 // are held as raw bytes, so any byte string encodes, and Decode(Encode(x)) == x for every x.
+// A malformed tokenizer.json (a field of the wrong JSON type, an id that is negative or not below
+// kMaxTokenIds) is a kInvalidArgument error naming the field or token, never a crash.
 // Immutable after loading; Encode/Decode are thread-safe.
 #pragma once
 
@@ -17,6 +19,9 @@
 
 namespace marlaas::model {
 
+// Token ids are below this (2^24; real vocabularies have a few hundred thousand at most).
+inline constexpr int64_t kMaxTokenIds = int64_t(1) << 24;
+
 class Tokenizer {
  public:
   static Result<Tokenizer> FromJson(const std::string& json_text);
@@ -31,6 +36,7 @@ class Tokenizer {
   std::optional<int32_t> TokenId(const std::string& content) const;
 
  private:
+  static Result<Tokenizer> FromJsonUnchecked(const std::string& json_text);  // may throw
   void EncodePiece(std::string_view piece, std::vector<int32_t>* out) const;
 
   std::vector<std::string> id_to_bytes_;
