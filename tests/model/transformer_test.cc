@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "base/file_util.h"
@@ -108,6 +109,55 @@ TEST(TransformerTest, MissingOrMisshapenCheckpointsAreRefusedByName) {
                 "gate_proj.weight' has shape [64,32], config.json implies [65,32]"),
             std::string::npos)
       << bad.status().message();
+  ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
+}
+
+// adapter_config.json fields of the wrong JSON type or out of range: each is refused with
+// kInvalidArgument naming the field (they used to abort with a nlohmann type_error, or, for an r
+// above 2^32, be read truncated).
+TEST(LoraAdapterTest, PeftConfigWrongTypesRefused) {
+  using nlohmann::json;
+  auto w = LoadOrDie(kData + "/llama");
+  ASSERT_TRUE(w);
+  const std::string dir = "/tmp/marlaas_badpeft_" + std::to_string(getpid());
+  ASSERT_EQ(system(("mkdir -p " + dir + " && cp " + kData +
+                    "/llama/lora/adapter_model.safetensors " + dir)
+                       .c_str()),
+            0);
+  const json good = json::parse(*ReadFile(kData + "/llama/lora/adapter_config.json"));
+  ASSERT_TRUE(WriteFileAtomically(dir + "/adapter_config.json", good.dump()).ok());
+  ASSERT_TRUE(LoraAdapter::ImportPeft(dir, *w).ok());
+  const std::pair<json, const char*> cases[] = {
+      {{{"lora_alpha", "4"}}, "'lora_alpha' must be a positive number, not \"4\""},
+      {{{"lora_alpha", nullptr}}, "'lora_alpha' must be a positive number"},
+      {{{"lora_alpha", -1}}, "'lora_alpha' must be a positive number, not -1"},
+      {{{"lora_alpha", 1e300}}, "'lora_alpha' must be a positive number"},
+      {{{"peft_type", nullptr}}, "'peft_type' must be \"LORA\", not null"},
+      {{{"peft_type", 3}}, "'peft_type' must be \"LORA\", not 3"},
+      {{{"peft_type", "PREFIX_TUNING"}}, "'peft_type' must be \"LORA\""},
+      {{{"bias", nullptr}}, "'bias' must be \"none\", not null"},
+      {{{"bias", "all"}}, "'bias' must be \"none\""},
+      {{{"r", 4294967298LL}}, "'r' is 4294967298, not in [1, 4096]"},
+      {{{"r", ~uint64_t(0)}}, "'r' is 18446744073709551615, not in [1, 4096]"},
+      {{{"r", 0}}, "'r' is 0, not in [1, 4096]"},
+      {{{"r", -4}}, "'r' is -4, not in [1, 4096]"},
+      {{{"r", "4"}}, "no integer 'r'"},
+      {{{"r", 4.0}}, "no integer 'r'"},
+      {{{"use_dora", "yes"}}, "'use_dora' must be true or false"},
+      {{{"fan_in_fan_out", 0}}, "'fan_in_fan_out' must be true or false"},
+      {{{"rank_pattern", json::array()}}, "'rank_pattern' must be an object"},
+  };
+  for (const auto& [edit, reason] : cases) {
+    json cfg = good;
+    cfg.update(edit);
+    ASSERT_TRUE(WriteFileAtomically(dir + "/adapter_config.json", cfg.dump()).ok());
+    auto a = LoraAdapter::ImportPeft(dir, *w);
+    ASSERT_FALSE(a.ok()) << edit.dump();
+    EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument) << edit.dump();
+    EXPECT_NE(a.status().message().find(reason), std::string::npos)
+        << edit.dump() << " -> " << a.status().message();
+    EXPECT_NE(a.status().message().find(dir), std::string::npos) << a.status().message();
+  }
   ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
 }
 
