@@ -188,7 +188,8 @@ Result<LoraAdapter> LoraAdapter::ImportPeft(const std::string& dir, const BaseWe
       for (const char* which : {"lora_A", "lora_B"}) {
         const std::string key = PeftKey(l, LoraTarget(t), which);
         MARLAAS_ASSIGN_OR_RETURN(TensorView v, file->Get(key));
-        MARLAAS_ASSIGN_OR_RETURN(torch::Tensor src, ToTensor(v, false));
+        MARLAAS_ASSIGN_OR_RETURN(
+            torch::Tensor src, ToWeightTensor(v, false, "tensor '" + key + "' in " + file->path()));
         torch::Tensor dst = which[5] == 'A' ? a.A(l, LoraTarget(t)) : a.B(l, LoraTarget(t));
         if (src.sizes() != dst.sizes()) {
           return BadPeft(dir, key + " has shape " + c10::str(src.sizes()) + ", expected " +

@@ -401,4 +401,21 @@ std::optional<int32_t> Tokenizer::TokenId(const std::string& content) const {
   return std::nullopt;
 }
 
+Status CheckTokenizerFitsModel(const Tokenizer& tok, const ModelConfig& config,
+                               const std::string& tokenizer_path) {
+  if (tok.vocab_size() <= config.vocab_size) return Status::Ok();
+  const int32_t top = tok.vocab_size() - 1;
+  return Status(StatusCode::kInvalidArgument,
+                tokenizer_path + ": token id " + std::to_string(top) + " ('" + tok.Decode({top}) +
+                    "') is not below the model's config.json vocab_size " +
+                    std::to_string(config.vocab_size));
+}
+
+Result<Tokenizer> LoadModelTokenizer(const std::string& model_dir, const ModelConfig& config) {
+  const std::string path = model_dir + "/tokenizer.json";
+  MARLAAS_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::Load(path));
+  MARLAAS_RETURN_IF_ERROR(CheckTokenizerFitsModel(tok, config, path));
+  return tok;
+}
+
 }  // namespace marlaas::model

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "model/config.h"
 #include "model/pretokenizer.h"
 
 namespace marlaas::model {
@@ -53,5 +54,13 @@ class Tokenizer {
   bool ignore_merges_ = false;
   int32_t byte_id_[256] = {};
 };
+
+// OK when every id of `tok` is below config.vocab_size (the rows of the model's embedding and
+// lm_head); otherwise kInvalidArgument naming `tokenizer_path`, the highest id, its token and
+// the config's vocab_size.
+Status CheckTokenizerFitsModel(const Tokenizer& tok, const ModelConfig& config,
+                               const std::string& tokenizer_path);
+// model_dir/tokenizer.json, loaded and checked against `config` with CheckTokenizerFitsModel.
+Result<Tokenizer> LoadModelTokenizer(const std::string& model_dir, const ModelConfig& config);
 
 }  // namespace marlaas::model

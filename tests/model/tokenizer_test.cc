@@ -10,6 +10,7 @@
 #include <random>
 
 #include "base/file_util.h"
+#include "model/evaluate.h"
 
 namespace marlaas::model {
 namespace {
@@ -182,6 +183,43 @@ TEST(TokenizerTest, MalformedIdsAndTypesAreRefused) {
   auto far = Tokenizer::FromJson(j.dump());
   ASSERT_TRUE(far.ok()) << far.status().ToString();
   EXPECT_EQ(far->vocab_size(), 1001);
+}
+
+// A tokenizer with an id the model has no embedding row for is refused where the model and its
+// tokenizer are loaded together, naming the file, the id, its token and the config's vocab_size.
+TEST(TokenizerTest, IdsBeyondTheModelVocabularyAreRefused) {
+  auto config = ModelConfig::Load(kData + "/llama");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  ASSERT_EQ(config->vocab_size, 402);
+  const std::string dir = "/tmp/marlaas_tok_vocab_" + std::to_string(getpid());
+  ASSERT_EQ(system(("mkdir -p " + dir + " && cp " + kData + "/llama/config.json " + kData +
+                    "/llama/model.safetensors " + dir)
+                       .c_str()),
+            0);
+  auto j = nlohmann::json::parse(Tokenizer::ByteLevelJson({"<|endoftext|>"}));
+  for (int id : {401, 402}) {
+    j["added_tokens"][0]["id"] = id;
+    ASSERT_TRUE(WriteFileAtomically(dir + "/tokenizer.json", j.dump()).ok());
+    auto tok = Tokenizer::Load(dir + "/tokenizer.json");
+    ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+    const Status fits = CheckTokenizerFitsModel(*tok, *config, dir + "/tokenizer.json");
+    auto loaded = LoadModelTokenizer(dir, *config);
+    auto completions = GreedyCompletions(dir, {"1+1="}, 2);
+    if (id == 401) {  // the last row of the embedding
+      EXPECT_TRUE(fits.ok()) << fits.ToString();
+      EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
+      EXPECT_TRUE(completions.ok()) << completions.status().ToString();
+      continue;
+    }
+    const std::string want = dir + "/tokenizer.json: token id 402 ('<|endoftext|>') is not below " +
+                             "the model's config.json vocab_size 402";
+    EXPECT_EQ(fits.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(fits.message(), want);
+    EXPECT_EQ(loaded.status().message(), want);
+    EXPECT_EQ(completions.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(completions.status().message(), want);
+  }
+  ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
 }
 
 }  // namespace
