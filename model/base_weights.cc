@@ -71,7 +71,8 @@ class TensorSource {
       return Status(StatusCode::kInvalidArgument, "tensor '" + name + "' has shape [" + got +
                                                       "], config.json implies [" + want + "]");
     }
-    return ToTensor(v, /*allow_zero_copy=*/true);
+    return ToWeightTensor(v, /*allow_zero_copy=*/true,
+                          "tensor '" + name + "' in " + it->second->path());
   }
   bool Has(const std::string& name) const { return where_.count(name) != 0; }
   std::vector<std::shared_ptr<const SafetensorsFile>> files_;

@@ -1,8 +1,9 @@
 // BaseWeights: the frozen base model, loaded from a Hugging Face checkpoint directory
 // (config.json plus model.safetensors, or shards listed in model.safetensors.index.json; f32,
-// bf16 or f16 on disk) by memory-mapping the files. f32 weights point into the read-only
-// mappings, so processes loading the same model share its pages. Immutable after Load; any
-// thread may read it. No tensor here ever requires grad.
+// bf16, f16 or f64 on disk; an integer or bool weight is refused naming the tensor and file) by
+// memory-mapping the files. f32 weights point into the read-only mappings, so processes loading
+// the same model share its pages. Immutable after Load; any thread may read it. No tensor here
+// ever requires grad.
 #pragma once
 
 #include <array>

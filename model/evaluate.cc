@@ -9,7 +9,7 @@ Result<std::vector<std::string>> GreedyCompletions(const std::string& model_dir,
                                                    const std::vector<std::string>& prompts,
                                                    int max_new_tokens) {
   MARLAAS_ASSIGN_OR_RETURN(auto weights, BaseWeights::Load(model_dir));
-  MARLAAS_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::Load(model_dir + "/tokenizer.json"));
+  MARLAAS_ASSIGN_OR_RETURN(Tokenizer tok, LoadModelTokenizer(model_dir, weights->config));
   Transformer model(weights);
   Generator gen(model);
   std::vector<int32_t> stops = tok.Encode("\n");

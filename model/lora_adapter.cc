@@ -18,6 +18,9 @@ std::string PeftKey(int layer, LoraTarget t, const char* which) {
          (attn ? ".self_attn." : ".mlp.") + LoraTargetName(t) + "." + which + ".weight";
 }
 
+// Far above any rank in use; AdapterLayout::Validate applies the layout's own limit after it.
+constexpr int64_t kMaxPeftRank = 4096;
+
 Status BadPeft(const std::string& dir, const std::string& m) {
   return Status(StatusCode::kInvalidArgument, dir + ": " + m);
 }
@@ -105,26 +108,59 @@ Result<LoraAdapter> LoraAdapter::ImportPeft(const std::string& dir, const BaseWe
   json cfg = json::parse(text, nullptr, false);
   if (cfg.is_discarded() || !cfg.is_object())
     return BadPeft(dir, "adapter_config.json is not a JSON object");
-  if (cfg.value("peft_type", "LORA") != "LORA") return BadPeft(dir, "peft_type is not LORA");
-  if (!cfg.contains("r") || !cfg["r"].is_number_integer())
+  // Every field is type-checked before it is read: a wrong type is an error naming the field.
+  auto string_is = [&](const char* key, const char* want) -> Status {
+    auto it = cfg.find(key);
+    if (it == cfg.end()) return Status::Ok();  // PEFT's default is `want`
+    if (!it->is_string() || it->get<std::string>() != want) {
+      return BadPeft(dir, std::string("adapter_config.json: '") + key + "' must be \"" + want +
+                              "\", not " + it->dump());
+    }
+    return Status::Ok();
+  };
+  MARLAAS_RETURN_IF_ERROR(string_is("peft_type", "LORA"));
+  auto r = cfg.find("r");
+  if (r == cfg.end() || !r->is_number_integer())
     return BadPeft(dir, "adapter_config.json has no integer 'r'");
-  const uint32_t rank = cfg["r"].get<uint32_t>();
-  const float alpha = cfg.contains("lora_alpha") ? cfg["lora_alpha"].get<float>() : float(rank);
+  // As int64 (an unsigned value above INT64_MAX reads negative), so that nothing truncates.
+  const int64_t r64 = r->get<int64_t>();
+  if (r64 < 1 || r64 > kMaxPeftRank) {
+    return BadPeft(dir, "adapter_config.json: 'r' is " + r->dump() + ", not in [1, " +
+                            std::to_string(kMaxPeftRank) + "]");
+  }
+  const auto rank = uint32_t(r64);
+  float alpha = float(rank);
+  if (auto a = cfg.find("lora_alpha"); a != cfg.end()) {
+    const double v = a->is_number() ? a->get<double>() : 0.0;
+    if (!(v > 0) || !std::isfinite(float(v))) {
+      return BadPeft(
+          dir, "adapter_config.json: 'lora_alpha' must be a positive number, not " + a->dump());
+    }
+    alpha = float(v);
+  }
   // Options that change the math, which we do not implement: refuse rather than compute wrongly.
   for (const char* flag : {"use_rslora", "use_dora", "fan_in_fan_out"}) {
-    if (cfg.contains(flag) && cfg[flag].is_boolean() && cfg[flag].get<bool>()) {
-      return BadPeft(dir, std::string(flag) + " is not supported");
+    auto it = cfg.find(flag);
+    if (it == cfg.end() || it->is_null()) continue;
+    if (!it->is_boolean()) {
+      return BadPeft(dir, std::string("adapter_config.json: '") + flag +
+                              "' must be true or false, not " + it->dump());
     }
+    if (it->get<bool>()) return BadPeft(dir, std::string(flag) + " is not supported");
   }
   for (const char* pattern : {"rank_pattern", "alpha_pattern"}) {
-    if (cfg.contains(pattern) && cfg[pattern].is_object() && !cfg[pattern].empty()) {
-      return BadPeft(dir, std::string(pattern) + " is not supported");
+    auto it = cfg.find(pattern);
+    if (it == cfg.end() || it->is_null()) continue;
+    if (!it->is_object()) {
+      return BadPeft(dir, std::string("adapter_config.json: '") + pattern +
+                              "' must be an object, not a " + it->type_name());
     }
+    if (!it->empty()) return BadPeft(dir, std::string(pattern) + " is not supported");
   }
   if (cfg.contains("layers_to_transform") && !cfg["layers_to_transform"].is_null()) {
     return BadPeft(dir, "layers_to_transform is not supported");
   }
-  if (cfg.value("bias", "none") != "none") return BadPeft(dir, "bias must be 'none'");
+  MARLAAS_RETURN_IF_ERROR(string_is("bias", "none"));
   uint32_t mask = 0;
   if (!cfg.contains("target_modules") || !cfg["target_modules"].is_array()) {
     return BadPeft(dir, "target_modules must be a list of module names");
@@ -152,7 +188,8 @@ Result<LoraAdapter> LoraAdapter::ImportPeft(const std::string& dir, const BaseWe
       for (const char* which : {"lora_A", "lora_B"}) {
         const std::string key = PeftKey(l, LoraTarget(t), which);
         MARLAAS_ASSIGN_OR_RETURN(TensorView v, file->Get(key));
-        MARLAAS_ASSIGN_OR_RETURN(torch::Tensor src, ToTensor(v, false));
+        MARLAAS_ASSIGN_OR_RETURN(
+            torch::Tensor src, ToWeightTensor(v, false, "tensor '" + key + "' in " + file->path()));
         torch::Tensor dst = which[5] == 'A' ? a.A(l, LoraTarget(t)) : a.B(l, LoraTarget(t));
         if (src.sizes() != dst.sizes()) {
           return BadPeft(dir, key + " has shape " + c10::str(src.sizes()) + ", expected " +

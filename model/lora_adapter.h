@@ -29,7 +29,9 @@ class LoraAdapter {
   // Moves the weights to `device` (a no-op when already there); the new `flat` is a leaf that
   // does not require grad. Call before building an optimizer over it.
   void MoveTo(const torch::Device& device);
-  // Reads a PEFT adapter directory; checks it against `base`.
+  // Reads a PEFT adapter directory; checks it against `base`. A field of adapter_config.json of
+  // the wrong JSON type or out of range ('r' in [1, 4096], 'lora_alpha' > 0), or a weight that is
+  // not floating point, is kInvalidArgument naming the directory and the field or tensor.
   static Result<LoraAdapter> ImportPeft(const std::string& dir, const BaseWeights& base);
   // Writes adapter_config.json and adapter_model.safetensors (atomically each).
   Status ExportPeft(const std::string& dir, const std::string& base_model_name) const;

@@ -117,10 +117,14 @@ Status SafetensorsFile::ParseHeader(const std::string& text, uint64_t data_bytes
       return Bad(where + " data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
                  ") lie outside the " + std::to_string(data_bytes) + " data bytes");
     }
-    if (end - begin != numel * DTypeSize(v.dtype)) {
+    // numel * size may not fit in 64 bits: compare by division first, so nothing wraps.
+    const uint64_t size = DTypeSize(v.dtype);
+    if (numel > (end - begin) / size || end - begin != numel * size) {
+      const std::string need = numel <= UINT64_MAX / size
+                                   ? std::to_string(numel * size)
+                                   : std::to_string(numel) + " x " + std::to_string(size);
       return Bad(where + " holds " + std::to_string(end - begin) +
-                 " bytes but its shape and dtype need " +
-                 std::to_string(numel * DTypeSize(v.dtype)));
+                 " bytes but its shape and dtype need " + need);
     }
     v.data = reinterpret_cast<const unsigned char*>(uintptr_t(begin));  // relative until mapped
     v.bytes = end - begin;

@@ -54,6 +54,21 @@ Result<torch::Tensor> ToTensor(const TensorView& view, bool allow_zero_copy) {
   return src.to(want, /*non_blocking=*/false, /*copy=*/true);
 }
 
+Result<torch::Tensor> ToWeightTensor(const TensorView& view, bool allow_zero_copy,
+                                     const std::string& what) {
+  switch (view.dtype) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kF64:
+      return ToTensor(view, allow_zero_copy);
+    default:
+      return Status(StatusCode::kInvalidArgument,
+                    what + " has dtype " + DTypeName(view.dtype) +
+                        "; weights must be floating point (F32, F16, BF16 or F64)");
+  }
+}
+
 Result<TensorView> ViewOf(const torch::Tensor& t) {
   if (!t.is_contiguous() || !t.device().is_cpu()) {
     return Status(StatusCode::kInvalidArgument, "tensor must be contiguous and on the CPU");

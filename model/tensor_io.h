@@ -15,6 +15,11 @@ namespace marlaas::model {
 
 // The tensor for `view` as f32 (floating dtypes) or int64 (integer dtypes).
 Result<torch::Tensor> ToTensor(const TensorView& view, bool allow_zero_copy);
+// As ToTensor, for a model weight: kInvalidArgument naming `what` (e.g. "tensor 'x' in <file>")
+// unless `view` is floating point (F32, F16, BF16, F64). An integer or bool weight would fail at
+// the first forward or compute wrongly.
+Result<torch::Tensor> ToWeightTensor(const TensorView& view, bool allow_zero_copy,
+                                     const std::string& what);
 // A view over a contiguous CPU tensor's memory (f32, bf16, f16, i64, i32 supported).
 Result<TensorView> ViewOf(const torch::Tensor& t);
 // Writes named tensors (made contiguous first) as one safetensors file.

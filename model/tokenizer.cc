@@ -72,6 +72,57 @@ bool FromByteLevel(const std::string& s, std::string* out) {
   return true;
 }
 
+// The "type" of a tokenizer.json component, or "" when it has none that is a string.
+std::string TypeOf(const json& component) {
+  if (!component.is_object()) return "";
+  auto it = component.find("type");
+  return it != component.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+// obj[key] as a bool: `def` when absent or null, an error naming `where`.key when not a bool.
+Status OptBool(const json& obj, const char* key, bool def, const std::string& where, bool* out) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) {
+    *out = def;
+    return Status::Ok();
+  }
+  if (!it->is_boolean()) {
+    return Bad(where + "." + key + " must be true or false, not a " + it->type_name());
+  }
+  *out = it->get<bool>();
+  return Status::Ok();
+}
+
+// obj[key] as a string: `def` when absent or null, an error naming `where`.key otherwise.
+Status OptString(const json& obj, const char* key, const std::string& def, const std::string& where,
+                 std::string* out) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) {
+    *out = def;
+    return Status::Ok();
+  }
+  if (!it->is_string())
+    return Bad(where + "." + key + " must be a string, not a " + it->type_name());
+  *out = it->get<std::string>();
+  return Status::Ok();
+}
+
+// A token id: an integer in [0, kMaxTokenIds), read as int64 so that no value wraps.
+Status ReadId(const json& v, const std::string& token, int32_t* out) {
+  if (!v.is_number_integer()) {
+    return Bad(token + " has an id that is not an integer (" +
+               (v.is_number() ? v.dump() : std::string(v.type_name())) + ")");
+  }
+  const bool too_big = v.is_number_unsigned() ? v.get<uint64_t>() >= uint64_t(kMaxTokenIds)
+                                              : v.get<int64_t>() >= kMaxTokenIds;
+  if (too_big || (!v.is_number_unsigned() && v.get<int64_t>() < 0)) {
+    return Bad(token + " has id " + v.dump() + ", outside [0, " + std::to_string(kMaxTokenIds) +
+               ")");
+  }
+  *out = int32_t(v.get<int64_t>());
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string Tokenizer::ByteLevelJson(const std::vector<std::string>& specials) {
@@ -121,71 +172,106 @@ Result<Tokenizer> Tokenizer::Load(const std::string& path) {
 }
 
 Result<Tokenizer> Tokenizer::FromJson(const std::string& text) {
+  // Every field is type-checked before it is read; this only catches what a check missed, so
+  // that a malformed file is an error rather than a terminated process.
+  try {
+    return FromJsonUnchecked(text);
+  } catch (const json::exception& e) {
+    return Bad(std::string("malformed (") + e.what() + ")");
+  }
+}
+
+Result<Tokenizer> Tokenizer::FromJsonUnchecked(const std::string& text) {
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return Bad("not a JSON object");
   Tokenizer tok;
-  if (j.contains("normalizer") && !j["normalizer"].is_null()) {
-    return Bad("normalizer " + j["normalizer"].value("type", std::string("?")) +
+  if (auto norm = j.find("normalizer"); norm != j.end() && !norm->is_null()) {
+    const std::string type = TypeOf(*norm);
+    return Bad("normalizer " +
+               (type.empty() ? std::string("of JSON type ") + norm->type_name() : type) +
                " is not supported");
   }
   // Pre-tokenizer: ByteLevel (GPT-2 regex or none), or Sequence[Split(regex), ByteLevel].
-  const json& pre = j.value("pre_tokenizer", json());
-  auto byte_level = [&](const json& p) -> Status {
-    tok.add_prefix_space_ = p.value("add_prefix_space", false);
-    if (p.value("use_regex", true)) tok.rules_ = Gpt2Rules();
-    return Status::Ok();
-  };
+  const json pre = j.value("pre_tokenizer", json());
   bool split = false;
   tok.rules_ = PretokenizerRules{};
-  if (pre.is_object() && pre.value("type", "") == "ByteLevel") {
-    if (!pre.value("use_regex", true)) split = false;
-    MARLAAS_RETURN_IF_ERROR(byte_level(pre));
-    split = pre.value("use_regex", true);
-  } else if (pre.is_object() && pre.value("type", "") == "Sequence" &&
-             pre.contains("pretokenizers") && pre["pretokenizers"].size() == 2 &&
-             pre["pretokenizers"][0].value("type", "") == "Split" &&
-             pre["pretokenizers"][1].value("type", "") == "ByteLevel") {
-    const json& s = pre["pretokenizers"][0];
-    if (s.value("behavior", "") != "Isolated" || s.value("invert", false)) {
+  const json* seq = nullptr;
+  if (TypeOf(pre) == "Sequence") {
+    auto p = pre.find("pretokenizers");
+    if (p != pre.end() && p->is_array() && p->size() == 2 && TypeOf((*p)[0]) == "Split" &&
+        TypeOf((*p)[1]) == "ByteLevel") {
+      seq = &*p;
+    }
+  }
+  if (TypeOf(pre) == "ByteLevel") {
+    MARLAAS_RETURN_IF_ERROR(
+        OptBool(pre, "add_prefix_space", false, "pre_tokenizer", &tok.add_prefix_space_));
+    MARLAAS_RETURN_IF_ERROR(OptBool(pre, "use_regex", true, "pre_tokenizer", &split));
+    if (split) tok.rules_ = Gpt2Rules();
+  } else if (seq != nullptr) {
+    const json& s = (*seq)[0];
+    const json& b = (*seq)[1];
+    const std::string where = "pre_tokenizer.pretokenizers";
+    std::string behavior;
+    bool invert = false;
+    MARLAAS_RETURN_IF_ERROR(OptString(s, "behavior", "", where + "[0]", &behavior));
+    MARLAAS_RETURN_IF_ERROR(OptBool(s, "invert", false, where + "[0]", &invert));
+    if (behavior != "Isolated" || invert) {
       return Bad("Split pre-tokenizer must be Isolated and not inverted");
     }
-    if (!s.contains("pattern") || !s["pattern"].contains("Regex"))
+    auto pattern = s.find("pattern");
+    if (pattern == s.end() || !pattern->is_object() || !pattern->contains("Regex") ||
+        !(*pattern)["Regex"].is_string()) {
       return Bad("Split pattern must be a Regex");
-    MARLAAS_ASSIGN_OR_RETURN(tok.rules_, RulesForPattern(s["pattern"]["Regex"].get<std::string>()));
-    if (pre["pretokenizers"][1].value("use_regex", true))
-      return Bad("ByteLevel after Split must not use its regex");
-    tok.add_prefix_space_ = pre["pretokenizers"][1].value("add_prefix_space", false);
+    }
+    MARLAAS_ASSIGN_OR_RETURN(tok.rules_, RulesForPattern((*pattern)["Regex"].get<std::string>()));
+    bool use_regex = true;
+    MARLAAS_RETURN_IF_ERROR(OptBool(b, "use_regex", true, where + "[1]", &use_regex));
+    if (use_regex) return Bad("ByteLevel after Split must not use its regex");
+    MARLAAS_RETURN_IF_ERROR(
+        OptBool(b, "add_prefix_space", false, where + "[1]", &tok.add_prefix_space_));
     split = true;
   } else {
     return Bad("pre_tokenizer must be ByteLevel or Sequence[Split, ByteLevel]");
   }
   if (!split) tok.rules_.max_digits = -1;  // marker: no splitting at all
-  const json& model = j.value("model", json());
-  if (!model.is_object() || model.value("type", "") != "BPE") return Bad("model.type must be BPE");
-  if (model.value("byte_fallback", false)) return Bad("byte_fallback is not supported");
+  const json model = j.value("model", json());
+  if (TypeOf(model) != "BPE") return Bad("model.type must be BPE");
+  bool byte_fallback = false;
+  MARLAAS_RETURN_IF_ERROR(OptBool(model, "byte_fallback", false, "model", &byte_fallback));
+  if (byte_fallback) return Bad("byte_fallback is not supported");
   for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (model.contains(k) && !model[k].is_null()) return Bad(std::string(k) + " is not supported");
   }
-  tok.ignore_merges_ = model.value("ignore_merges", false);
+  MARLAAS_RETURN_IF_ERROR(OptBool(model, "ignore_merges", false, "model", &tok.ignore_merges_));
   if (!model.contains("vocab") || !model["vocab"].is_object()) return Bad("model.vocab missing");
   int32_t max_id = -1;
   std::vector<std::pair<std::string, int32_t>> entries;
   for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
-    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0)
-      return Bad("vocab id of '" + it.key() + "'");
+    int32_t id = 0;
+    MARLAAS_RETURN_IF_ERROR(ReadId(it.value(), "vocab entry '" + it.key() + "'", &id));
     std::string raw;
     if (!FromByteLevel(it.key(), &raw)) {
       raw = it.key();  // special tokens may sit in the vocabulary verbatim
     }
-    entries.emplace_back(raw, it.value().get<int32_t>());
-    max_id = std::max(max_id, entries.back().second);
+    entries.emplace_back(raw, id);
+    max_id = std::max(max_id, id);
   }
-  if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
-    for (const json& a : j["added_tokens"]) {
-      if (!a.contains("content") || !a.contains("id"))
-        return Bad("added token without content or id");
-      tok.added_.push_back({a["content"].get<std::string>(), a["id"].get<int32_t>()});
-      max_id = std::max(max_id, tok.added_.back().id);
+  if (auto added = j.find("added_tokens"); added != j.end() && !added->is_null()) {
+    if (!added->is_array()) return Bad("added_tokens must be a list");
+    for (size_t i = 0; i < added->size(); ++i) {
+      const json& a = (*added)[i];
+      const std::string where = "added_tokens[" + std::to_string(i) + "]";
+      if (!a.is_object() || !a.contains("content") || !a.contains("id"))
+        return Bad(where + ": added token without content or id");
+      if (!a["content"].is_string()) {
+        return Bad(where + ": content must be a string, not " + a["content"].type_name());
+      }
+      const std::string content = a["content"].get<std::string>();
+      int32_t id = 0;
+      MARLAAS_RETURN_IF_ERROR(ReadId(a["id"], where + " '" + content + "'", &id));
+      tok.added_.push_back({content, id});
+      max_id = std::max(max_id, id);
     }
   }
   tok.id_to_bytes_.assign(size_t(max_id + 1), std::string());
@@ -201,7 +287,8 @@ Result<Tokenizer> Tokenizer::FromJson(const std::string& text) {
     if (it == tok.bytes_to_id_.end()) return Bad("byte " + std::to_string(b) + " has no token");
     tok.byte_id_[b] = it->second;
   }
-  const json& merges = model.value("merges", json::array());
+  const json merges = model.value("merges", json());
+  if (!merges.is_null() && !merges.is_array()) return Bad("model.merges must be a list");
   int32_t rank = 0;
   for (const json& m : merges) {
     std::string left, right;
@@ -211,8 +298,8 @@ Result<Tokenizer> Tokenizer::FromJson(const std::string& text) {
       if (sp == std::string::npos) return Bad("merge '" + s + "' has no space");
       left = s.substr(0, sp);
       right = s.substr(sp + 1);
-    } else if (m.is_array() && m.size() == 2) {  // ["a", "b"]
-      left = m[0].get<std::string>();
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      left = m[0].get<std::string>();  // ["a", "b"]
       right = m[1].get<std::string>();
     } else {
       return Bad("merge entry " + m.dump() + " is neither \"a b\" nor [a, b]");
@@ -312,6 +399,23 @@ std::optional<int32_t> Tokenizer::TokenId(const std::string& content) const {
   auto it = bytes_to_id_.find(content);
   if (it != bytes_to_id_.end()) return it->second;
   return std::nullopt;
+}
+
+Status CheckTokenizerFitsModel(const Tokenizer& tok, const ModelConfig& config,
+                               const std::string& tokenizer_path) {
+  if (tok.vocab_size() <= config.vocab_size) return Status::Ok();
+  const int32_t top = tok.vocab_size() - 1;
+  return Status(StatusCode::kInvalidArgument,
+                tokenizer_path + ": token id " + std::to_string(top) + " ('" + tok.Decode({top}) +
+                    "') is not below the model's config.json vocab_size " +
+                    std::to_string(config.vocab_size));
+}
+
+Result<Tokenizer> LoadModelTokenizer(const std::string& model_dir, const ModelConfig& config) {
+  const std::string path = model_dir + "/tokenizer.json";
+  MARLAAS_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::Load(path));
+  MARLAAS_RETURN_IF_ERROR(CheckTokenizerFitsModel(tok, config, path));
+  return tok;
 }
 
 }  // namespace marlaas::model

@@ -2,6 +2,8 @@
 // style: regex pre-tokenizer, byte-level alphabet, merges, added and special tokens), and the
 // byte vocabulary of the built-in tiny model, written in the same format. Vocabulary and merges
 // are held as raw bytes, so any byte string encodes, and Decode(Encode(x)) == x for every x.
+// A malformed tokenizer.json (a field of the wrong JSON type, an id that is negative or not below
+// kMaxTokenIds) is a kInvalidArgument error naming the field or token, never a crash.
 // Immutable after loading; Encode/Decode are thread-safe.
 #pragma once
 
@@ -13,9 +15,13 @@
 #include <vector>
 
 #include "base/status.h"
+#include "model/config.h"
 #include "model/pretokenizer.h"
 
 namespace marlaas::model {
+
+// Token ids are below this (2^24; real vocabularies have a few hundred thousand at most).
+inline constexpr int64_t kMaxTokenIds = int64_t(1) << 24;
 
 class Tokenizer {
  public:
@@ -31,6 +37,7 @@ class Tokenizer {
   std::optional<int32_t> TokenId(const std::string& content) const;
 
  private:
+  static Result<Tokenizer> FromJsonUnchecked(const std::string& json_text);  // may throw
   void EncodePiece(std::string_view piece, std::vector<int32_t>* out) const;
 
   std::vector<std::string> id_to_bytes_;
@@ -47,5 +54,13 @@ class Tokenizer {
   bool ignore_merges_ = false;
   int32_t byte_id_[256] = {};
 };
+
+// OK when every id of `tok` is below config.vocab_size (the rows of the model's embedding and
+// lm_head); otherwise kInvalidArgument naming `tokenizer_path`, the highest id, its token and
+// the config's vocab_size.
+Status CheckTokenizerFitsModel(const Tokenizer& tok, const ModelConfig& config,
+                               const std::string& tokenizer_path);
+// model_dir/tokenizer.json, loaded and checked against `config` with CheckTokenizerFitsModel.
+Result<Tokenizer> LoadModelTokenizer(const std::string& model_dir, const ModelConfig& config);
 
 }  // namespace marlaas::model

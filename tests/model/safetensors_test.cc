@@ -94,6 +94,11 @@ TEST(SafetensorsTest, MaliciousHeadersAreRejectedWithAReason) {
       {R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", "outside"},
       {R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,9999]}})", "outside"},
       {R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", "need 12"},
+      // numel * dtype size wraps to the bytes given (2^62 * 4 = 0, (2^61 + 1) * 8 = 8 mod 2^64).
+      {R"({"t":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]}})",
+       "need 4611686018427387904 x 4"},
+      {R"({"t":{"dtype":"F64","shape":[2305843009213693953],"data_offsets":[0,8]}})",
+       "need 2305843009213693953 x 8"},
       {R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", "data_offsets pair"},
       {R"({"t":{"dtype":"F32","shape":[2]}})", "data_offsets pair"},
       {R"({"t":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"u":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",

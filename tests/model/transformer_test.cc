@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "base/file_util.h"
@@ -108,6 +110,126 @@ TEST(TransformerTest, MissingOrMisshapenCheckpointsAreRefusedByName) {
                 "gate_proj.weight' has shape [64,32], config.json implies [65,32]"),
             std::string::npos)
       << bad.status().message();
+  ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
+}
+
+// A base whose weight is an integer or bool tensor is refused at load, naming the tensor, its
+// file and its dtype (it used to load and then fail at the first forward, or for a norm weight
+// compute with truncated values). An f64 weight still loads, as f32.
+TEST(BaseWeightsTest, IntegerDtypeRefused) {
+  auto w = LoadOrDie(kData + "/llama");
+  ASSERT_TRUE(w);
+  const std::string dir = "/tmp/marlaas_intbase_" + std::to_string(getpid());
+  ASSERT_EQ(system(("mkdir -p " + dir + " && cp " + kData + "/llama/config.json " + dir).c_str()),
+            0);
+  std::map<std::string, torch::Tensor> owned;
+  for (const auto& [name, t] : w->NamedTensors()) owned[name] = t.contiguous();
+  for (const char* name : {"model.norm.weight", "model.layers.1.mlp.down_proj.weight"}) {
+    for (DType dtype : {DType::kI32, DType::kI64, DType::kU8, DType::kBool, DType::kF64}) {
+      std::map<std::string, TensorView> views;
+      for (const auto& [n, t] : owned) views[n] = *ViewOf(t);
+      TensorView& v = views[name];
+      std::vector<unsigned char> bytes(size_t(v.numel()) * DTypeSize(dtype), 0);
+      if (dtype == DType::kF64) {
+        auto f64 = owned[name].to(torch::kFloat64);
+        std::memcpy(bytes.data(), f64.data_ptr(), bytes.size());
+      } else {
+        for (size_t i = 0; i < bytes.size(); i += DTypeSize(dtype)) bytes[i] = 1;  // ones
+      }
+      v.dtype = dtype;
+      v.data = bytes.data();
+      v.bytes = bytes.size();
+      ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors", views, {}).ok());
+      auto loaded = BaseWeights::Load(dir);
+      if (dtype == DType::kF64) {
+        ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+        const auto got = (*loaded)->NamedTensors().at(name);
+        EXPECT_EQ(got.scalar_type(), torch::kFloat32);
+        EXPECT_TRUE(torch::equal(got, owned[name])) << name;
+        continue;
+      }
+      ASSERT_FALSE(loaded.ok()) << name << " as " << DTypeName(dtype);
+      EXPECT_EQ(loaded.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(loaded.status().message().find("tensor '" + std::string(name) + "' in " + dir +
+                                               "/model.safetensors has dtype " + DTypeName(dtype)),
+                std::string::npos)
+          << loaded.status().message();
+    }
+  }
+  ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
+}
+
+// The same for a PEFT adapter's weights: an integer lora_A is refused by name, not converted.
+TEST(LoraAdapterTest, IntegerWeightRefused) {
+  auto w = LoadOrDie(kData + "/llama");
+  ASSERT_TRUE(w);
+  const std::string dir = "/tmp/marlaas_intpeft_" + std::to_string(getpid());
+  ASSERT_EQ(
+      system(("mkdir -p " + dir + " && cp " + kData + "/llama/lora/adapter_config.json " + dir)
+                 .c_str()),
+      0);
+  auto tensors = LoadTensors(kData + "/llama/lora/adapter_model.safetensors");
+  ASSERT_TRUE(tensors.ok()) << tensors.status().ToString();
+  const std::string key = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight";
+  ASSERT_TRUE(tensors->count(key));
+  (*tensors)[key] = (*tensors)[key].to(torch::kInt32);
+  ASSERT_TRUE(SaveTensors(dir + "/adapter_model.safetensors", *tensors).ok());
+  auto a = LoraAdapter::ImportPeft(dir, *w);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(a.status().message().find("tensor '" + key + "' in " + dir +
+                                      "/adapter_model.safetensors has dtype I32"),
+            std::string::npos)
+      << a.status().message();
+  ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
+}
+
+// adapter_config.json fields of the wrong JSON type or out of range: each is refused with
+// kInvalidArgument naming the field (they used to abort with a nlohmann type_error, or, for an r
+// above 2^32, be read truncated).
+TEST(LoraAdapterTest, PeftConfigWrongTypesRefused) {
+  using nlohmann::json;
+  auto w = LoadOrDie(kData + "/llama");
+  ASSERT_TRUE(w);
+  const std::string dir = "/tmp/marlaas_badpeft_" + std::to_string(getpid());
+  ASSERT_EQ(system(("mkdir -p " + dir + " && cp " + kData +
+                    "/llama/lora/adapter_model.safetensors " + dir)
+                       .c_str()),
+            0);
+  const json good = json::parse(*ReadFile(kData + "/llama/lora/adapter_config.json"));
+  ASSERT_TRUE(WriteFileAtomically(dir + "/adapter_config.json", good.dump()).ok());
+  ASSERT_TRUE(LoraAdapter::ImportPeft(dir, *w).ok());
+  const std::pair<json, const char*> cases[] = {
+      {{{"lora_alpha", "4"}}, "'lora_alpha' must be a positive number, not \"4\""},
+      {{{"lora_alpha", nullptr}}, "'lora_alpha' must be a positive number"},
+      {{{"lora_alpha", -1}}, "'lora_alpha' must be a positive number, not -1"},
+      {{{"lora_alpha", 1e300}}, "'lora_alpha' must be a positive number"},
+      {{{"peft_type", nullptr}}, "'peft_type' must be \"LORA\", not null"},
+      {{{"peft_type", 3}}, "'peft_type' must be \"LORA\", not 3"},
+      {{{"peft_type", "PREFIX_TUNING"}}, "'peft_type' must be \"LORA\""},
+      {{{"bias", nullptr}}, "'bias' must be \"none\", not null"},
+      {{{"bias", "all"}}, "'bias' must be \"none\""},
+      {{{"r", 4294967298LL}}, "'r' is 4294967298, not in [1, 4096]"},
+      {{{"r", ~uint64_t(0)}}, "'r' is 18446744073709551615, not in [1, 4096]"},
+      {{{"r", 0}}, "'r' is 0, not in [1, 4096]"},
+      {{{"r", -4}}, "'r' is -4, not in [1, 4096]"},
+      {{{"r", "4"}}, "no integer 'r'"},
+      {{{"r", 4.0}}, "no integer 'r'"},
+      {{{"use_dora", "yes"}}, "'use_dora' must be true or false"},
+      {{{"fan_in_fan_out", 0}}, "'fan_in_fan_out' must be true or false"},
+      {{{"rank_pattern", json::array()}}, "'rank_pattern' must be an object"},
+  };
+  for (const auto& [edit, reason] : cases) {
+    json cfg = good;
+    cfg.update(edit);
+    ASSERT_TRUE(WriteFileAtomically(dir + "/adapter_config.json", cfg.dump()).ok());
+    auto a = LoraAdapter::ImportPeft(dir, *w);
+    ASSERT_FALSE(a.ok()) << edit.dump();
+    EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument) << edit.dump();
+    EXPECT_NE(a.status().message().find(reason), std::string::npos)
+        << edit.dump() << " -> " << a.status().message();
+    EXPECT_NE(a.status().message().find(dir), std::string::npos) << a.status().message();
+  }
   ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
 }
 
