@@ -18,7 +18,7 @@ Result<EvalResult> EvaluateHeldOut(const std::string& model_dir, const pb::JobSp
                                    const std::string& adapter_dir, int n, float temperature) {
   MARLAAS_ASSIGN_OR_RETURN(auto weights, model::BaseWeights::Load(model_dir));
   MARLAAS_ASSIGN_OR_RETURN(model::Tokenizer tok,
-                           model::Tokenizer::Load(model_dir + "/tokenizer.json"));
+                           model::LoadModelTokenizer(model_dir, weights->config));
   MARLAAS_ASSIGN_OR_RETURN(auto source, TaskSource::ForJob(spec));
   std::shared_ptr<const model::LoraAdapter> adapter;
   if (!adapter_dir.empty()) {

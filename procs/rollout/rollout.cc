@@ -673,8 +673,9 @@ Status RunRollout(const pipeline::StageArgs& args) {
   MARLAAS_ASSIGN_OR_RETURN(torch::Device device, model::ParseDevice(args.device));
   MARLAAS_ASSIGN_OR_RETURN(auto base, model::LoadBase(args.instance, args.model_dir, device,
                                                       Deadline::AfterMs(300'000)));
+  // Checked against the model: an id past its vocabulary would fail only at the first forward.
   MARLAAS_ASSIGN_OR_RETURN(model::Tokenizer tok,
-                           model::Tokenizer::Load(args.model_dir + "/tokenizer.json"));
+                           model::LoadModelTokenizer(args.model_dir, base->config));
   MARLAAS_ASSIGN_OR_RETURN(TenantTable table, TenantTable::Attach(args.instance));
   MARLAAS_ASSIGN_OR_RETURN(AdapterStore store, pipeline::AttachStageAdapterStore(args.instance));
   MARLAAS_ASSIGN_OR_RETURN(
