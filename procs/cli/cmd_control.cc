@@ -135,13 +135,13 @@ int RunExport(const std::vector<std::string>& argv) {
 int RunLogs(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
   const Common c = TakeCommon(&args);
-  std::string lines = "100";
-  TakeFlag(&args, "--lines", &lines);
-  if (args.size() != 1 || std::atoi(lines.c_str()) <= 0)
+  long long lines = 100;
+  if (!TakeInteger(&args, "logs", "--lines", 1, 10000, &lines)) return 2;
+  if (args.size() != 1)
     return Usage("marlaas logs TENANT [--lines N] [--state-dir DIR] [--token T]");
   pb::ControlRequest req;
   req.mutable_logs()->set_tenant(args[0]);
-  req.mutable_logs()->set_max_lines(uint32_t(std::atoi(lines.c_str())));
+  req.mutable_logs()->set_max_lines(uint32_t(lines));
   auto reply = Call("logs", c, std::move(req));
   if (!reply) return 1;
   for (const std::string& l : reply->logs().lines()) std::printf("%s\n", l.c_str());

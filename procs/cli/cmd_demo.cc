@@ -98,13 +98,14 @@ bool ParseCount(const std::string& s, int lo, int hi, int* out) {
 int RunDemo(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
   std::string state_dir = DefaultStateDir(), summary_path, tenants_s = "8", steps_s = "100",
-              threads_s = "1", timeout_s = "3600";
+              threads_s = "1";
   TakeFlag(&args, "--state-dir", &state_dir);
   TakeFlag(&args, "--summary", &summary_path);
   TakeFlag(&args, "--tenants", &tenants_s);
   TakeFlag(&args, "--steps", &steps_s);
   TakeFlag(&args, "--threads", &threads_s);
-  TakeFlag(&args, "--timeout-s", &timeout_s);
+  double timeout_s = 3600;
+  if (!TakeNumber(&args, "demo", "--timeout-s", 1, 1e9, &timeout_s)) return 2;
   const bool weak = TakeSwitch(&args, "--allow-weak-sandbox");
   const bool quiet = TakeSwitch(&args, "--quiet");
   if (int rc = RejectRest("demo", args)) return rc;
@@ -135,7 +136,7 @@ int RunDemo(const std::vector<std::string>& argv) {
   o.service.stage.model_dir = *model_dir;
   o.service.stage.threads = threads;
   o.service.stage.allow_weak_sandbox = weak;
-  o.timeout_s = std::atof(timeout_s.c_str());
+  o.timeout_s = timeout_s;
   o.quiet = quiet;
   for (int k = 0; k < tenants; ++k) o.jobs.push_back(DemoJob(k, steps));
 

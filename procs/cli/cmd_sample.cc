@@ -13,22 +13,25 @@ namespace marlaas::cli {
 
 int RunSample(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
-  std::string task, model_dir, adapter, n_s = "8", temp_s = "0", diff_s = "1", seed_s = "0";
+  std::string task, model_dir, adapter;
   TakeFlag(&args, "--task", &task);
   TakeFlag(&args, "--model-dir", &model_dir);
   TakeFlag(&args, "--adapter", &adapter);
-  TakeFlag(&args, "--n", &n_s);
-  TakeFlag(&args, "--temperature", &temp_s);
-  TakeFlag(&args, "--difficulty", &diff_s);
-  TakeFlag(&args, "--seed", &seed_s);
+  long long n = 8, difficulty = 1, seed = 0;
+  double temperature = 0;  // greedy
+  if (!TakeInteger(&args, "sample", "--n", 1, 100000, &n) ||
+      !TakeNumber(&args, "sample", "--temperature", 0, 10, &temperature) ||
+      !TakeInteger(&args, "sample", "--difficulty", 1, 5, &difficulty) ||
+      !TakeInteger(&args, "sample", "--seed", 0, (1LL << 62), &seed))
+    return 2;
   const bool quiet = TakeSwitch(&args, "--quiet");
   if (int rc = RejectRest("sample", args)) return rc;
   pb::JobSpec j;
   j.set_tenant("sample");
   j.set_task(task);
-  j.mutable_dataset()->set_difficulty(uint32_t(std::atoi(diff_s.c_str())));
-  j.mutable_dataset()->set_seed(std::strtoull(seed_s.c_str(), nullptr, 10));
-  j.mutable_dataset()->set_eval_prompts(uint32_t(std::max(1, std::atoi(n_s.c_str()))));
+  j.mutable_dataset()->set_difficulty(uint32_t(difficulty));
+  j.mutable_dataset()->set_seed(uint64_t(seed));
+  j.mutable_dataset()->set_eval_prompts(uint32_t(n));
   ApplyJobSpecDefaults(&j);
   if (Status st = ValidateJobSpec(j); !st.ok()) {
     std::fprintf(stderr, "marlaas sample: %s\n", st.message().c_str());
@@ -43,7 +46,7 @@ int RunSample(const std::vector<std::string>& argv) {
     model_dir = *dir;
   }
   auto r = pipeline::EvaluateHeldOut(model_dir, j, adapter, int(j.dataset().eval_prompts()),
-                                     float(std::atof(temp_s.c_str())));
+                                     float(temperature));
   if (!r.ok()) {
     std::fprintf(stderr, "marlaas sample: %s\n", r.status().ToString().c_str());
     return 1;

@@ -4,10 +4,12 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <vector>
 
 #include "base/file_util.h"
 #include "base/utf8.h"
 #include "procs/common/pipeline.h"
+#include "procs/serve/control_frame.h"
 #include "procs/serve/tenant_status.h"
 
 namespace marlaas::serve {
@@ -86,6 +88,7 @@ Status ControlHandler::Logs(const pb::LogsRequest& r, pb::LogsReply* out) {
   const uint32_t n = r.max_lines() == 0 ? kDefaultLogLines : std::min(r.max_lines(), kMaxLogLines);
   const std::string dir = pipeline::TenantDir(service_->options().stage.state_dir, r.tenant());
   // The trainer's events (drops and their reasons, checkpoint trouble), then its steps.
+  std::vector<std::string> lines;
   for (const char* file : {"trainer.log", "steps.jsonl"}) {
     std::ifstream f(dir + "/" + file);
     std::deque<std::string> tail;
@@ -93,8 +96,21 @@ Status ControlHandler::Logs(const pb::LogsRequest& r, pb::LogsReply* out) {
       tail.push_back(std::string(file) + ": " + line);
       if (tail.size() > n) tail.pop_front();
     }
-    for (const std::string& l : tail) out->add_lines(ValidUtf8(l));  // logs quote stderr
+    for (const std::string& l : tail) lines.push_back(ValidUtf8(l));  // logs quote stderr
   }
+  // The reply must fit one frame: the first lines go (the trainer's log, then the oldest steps),
+  // and the reply says so.
+  // (A step's line lists its groups and versions: a thousand lines of large steps pass 1 MiB.)
+  constexpr size_t kBudget = kMaxControlFrame - 4096;  // the rest of the reply and line framing
+  size_t bytes = 0;
+  for (const std::string& l : lines) bytes += l.size() + 8;
+  size_t drop = 0;
+  while (bytes > kBudget && drop < lines.size()) bytes -= lines[drop++].size() + 8;
+  if (drop > 0) {
+    out->add_lines("(" + std::to_string(drop) +
+                   " older lines left out: a reply holds at most 1 MiB; ask for fewer --lines)");
+  }
+  for (size_t i = drop; i < lines.size(); ++i) out->add_lines(std::move(lines[i]));
   return Status::Ok();
 }
 

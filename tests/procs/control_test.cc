@@ -366,6 +366,22 @@ TEST(CommandLineTest, NumericFlagsAreCheckedAndNamed) {
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(cli::RunServe({"--max-tenants", "300"}), 2);
   EXPECT_NE(::testing::internal::GetCapturedStderr().find("[1, 256]"), std::string::npos);
+  // The other commands' numbers too (sample took "two" as 0 examples, "hot" as greedy).
+  const struct {
+    int (*run)(const std::vector<std::string>&);
+    std::vector<std::string> args;
+    const char* named;
+  } kBad[] = {{cli::RunSample, {"--task", "arithmetic", "--n", "two"}, "--n: 'two'"},
+              {cli::RunSample, {"--task", "arithmetic", "--temperature", "hot"}, "--temperature"},
+              {cli::RunSample, {"--task", "arithmetic", "--temperature", "-5"}, "--temperature"},
+              {cli::RunLogs, {"t", "--lines", "5x"}, "--lines: '5x'"},
+              {cli::RunDemo, {"--timeout-s", "soon"}, "--timeout-s: 'soon'"}};
+  for (const auto& b : kBad) {
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(b.run(b.args), 2) << b.named;
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find(b.named), std::string::npos) << err;
+  }
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "model/compute_threads.h"
 #include "procs/cli/run_jobs.h"
 #include "procs/common/evaluation.h"
+#include "procs/serve/control_frame.h"
 #include "procs/serve/control_handler.h"
 #include "procs/serve/tokens.h"
 #include "proto/job_spec.h"
@@ -698,6 +699,38 @@ TEST_F(PipelineTest, AdmissionRefusesWhatTheStagesCouldNotServeAndChangesNothing
   EXPECT_FALSE(reply.ok());
   EXPECT_NE(reply.error().find("1-63 characters"), std::string::npos) << reply.error();
   EXPECT_TRUE(service_->Tenants().empty());
+}
+
+// `logs` with many long lines: the reply keeps the newest that fit one control frame and says
+// how many it left out (it used to fail as a whole once it passed 1 MiB).
+TEST_F(PipelineTest, ALogsReplyTooLargeForAFrameKeepsTheNewestLines) {
+  StartService();
+  fs::create_directories(TenantDir("big"));
+  {
+    std::ofstream log(TenantDir("big") + "/trainer.log"), steps(TenantDir("big") + "/steps.jsonl");
+    for (int i = 0; i < 100; ++i) log << "event " << i << "\n";
+    for (int i = 0; i < 2000; ++i)
+      steps << "{\"step\": " << i << ", \"pad\": \"" << std::string(1000, 'x') << "\"}\n";
+  }
+  auto tokens = serve::Tokens::Open(state_dir_);
+  ASSERT_TRUE(tokens.ok()) << tokens.status().ToString();
+  serve::ControlHandler handler(service_.get(), &*tokens);
+  pb::ControlRequest req;
+  req.set_token(tokens->admin());
+  req.mutable_logs()->set_tenant("big");
+  req.mutable_logs()->set_max_lines(10000);
+  const pb::ControlReply reply = handler.Handle(req);
+  ASSERT_TRUE(reply.ok()) << reply.error();
+  EXPECT_LE(reply.SerializeAsString().size(), serve::kMaxControlFrame);
+  const auto& lines = reply.logs().lines();
+  ASSERT_GT(lines.size(), 900);
+  EXPECT_NE(lines[0].find("older lines left out"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[lines.size() - 1].find("\"step\": 1999,"), std::string::npos);
+  req.mutable_logs()->set_max_lines(5);  // small enough: nothing left out
+  const pb::ControlReply few = handler.Handle(req);
+  ASSERT_TRUE(few.ok()) << few.error();
+  ASSERT_EQ(few.logs().lines_size(), 10);
+  EXPECT_EQ(few.logs().lines(0), "trainer.log: event 95");
 }
 
 // A custom tenant whose dataset is gone by the time its rollout first sees it: the rollout
