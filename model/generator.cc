@@ -109,7 +109,21 @@ std::vector<GenerationResult> Generator::Step() {
     }
   }
   seqs_ = std::move(still);
+  TrimArena();
   return done;
+}
+
+void Generator::TrimArena() {
+  constexpr int64_t kInitialCapacity = 64, kInitialSlots = 8;  // KvArena's defaults
+  if (seqs_.empty()) {
+    if (arena_->slots() > kInitialSlots || arena_->capacity() > kInitialCapacity)
+      arena_ = std::make_shared<KvArena>(model_.config(), model_.device());
+    return;
+  }
+  int64_t longest = 0;
+  for (const auto& s : seqs_) longest = std::max(longest, s->cache.length());
+  if (arena_->capacity() > kInitialCapacity && longest * 4 <= arena_->capacity())
+    arena_->Trim(std::max(kInitialCapacity, 2 * longest));
 }
 
 }  // namespace marlaas::model

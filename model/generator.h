@@ -56,6 +56,8 @@ class Generator {
   size_t active() const { return seqs_.size(); }
   const LoraPool* pool() const { return pool_.get(); }  // null without one
   const StepShape& last_step() const { return last_step_; }
+  // The sequences' shared key/value memory (its size: slots x capacity positions).
+  const KvArena& kv_arena() const { return *arena_; }
 
  private:
   struct Sequence {
@@ -66,6 +68,11 @@ class Generator {
     bool prefilled = false;
     int pool_slot = -1;
   };
+  // After a step: once the longest live sequence needs a quarter of the arena's positions or
+  // less (a long one has left), the arena keeps twice that many, and a generator with no
+  // sequence goes back to a fresh arena of the initial size.
+  void TrimArena();
+
   const Transformer& model_;
   std::shared_ptr<KvArena> arena_;  // every sequence's cache: Step batches their attention
   std::unique_ptr<LoraPool> pool_;  // only on a CUDA device

@@ -22,9 +22,10 @@ KvArena::KvArena(const ModelConfig& c, torch::Device device, int64_t slots, int6
 void KvArena::Resize(int64_t slots, int64_t capacity) {
   for (size_t l = 0; l < k_.size(); ++l) {
     for (torch::Tensor* t : {&k_[l], &v_[l]}) {
-      auto grown = torch::zeros({slots, t->size(1), capacity, t->size(3)}, t->options());
-      grown.narrow(0, 0, slots_).narrow(2, 0, capacity_).copy_(*t);
-      *t = grown;
+      auto resized = torch::zeros({slots, t->size(1), capacity, t->size(3)}, t->options());
+      const int64_t keep = std::min(capacity, capacity_);
+      resized.narrow(0, 0, slots_).narrow(2, 0, keep).copy_(t->narrow(2, 0, keep));
+      *t = resized;
     }
   }
   for (int64_t s = slots - 1; s >= slots_; --s) free_.push_back(s);
@@ -48,6 +49,11 @@ void KvArena::Release(int64_t slot) {
 
 void KvArena::Reserve(int64_t capacity) {
   if (capacity > capacity_) Resize(slots_, std::max(capacity, capacity_ * 2));
+}
+
+void KvArena::Trim(int64_t capacity) {
+  capacity = std::max<int64_t>(capacity, 1);
+  if (capacity < capacity_) Resize(slots_, capacity);
 }
 
 }  // namespace marlaas::model

@@ -3,7 +3,9 @@
 // new key of every decoding row with one index_put and gather every row's keys with one
 // index_select per layer, instead of some ten small ops per row and layer. A sequence holds a
 // slot (Acquire/Release, through KvCache); running out of slots or positions reallocates and
-// copies, at least doubling, so growth is amortised. Lives on `device`; one thread uses it.
+// copies, at least doubling, so growth is amortised. Every slot has the same capacity, so one
+// long sequence makes every slot long: Trim gives that memory back once it has left. Lives on
+// `device`; one thread uses it.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +26,10 @@ class KvArena {
   void Release(int64_t slot);
   // Every slot holds at least `capacity` positions afterwards; existing contents are kept.
   void Reserve(int64_t capacity);
+  // Every slot keeps its first `capacity` positions (at least one) and the memory for the rest is
+  // freed; the caller guarantees that no cache is longer. Nothing happens when the arena is no
+  // larger.
+  void Trim(int64_t capacity);
 
   int64_t slots() const { return slots_; }
   int layers() const { return int(k_.size()); }

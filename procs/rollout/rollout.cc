@@ -42,6 +42,10 @@ struct RolloutTenant {
   std::unique_ptr<pipeline::TaskSource> source;
   AdapterLayout layout{};
   std::shared_ptr<const model::LoraAdapter> adapter;  // latest published
+  // The trainer's counters of this generation have been read: pacing starts from its retired
+  // count (after a restart of the whole service, from its checkpoint's), so no group starts
+  // before. Groups started earlier were counted from 0, and then went stale.
+  bool trainer_seen = false;
   uint64_t version = 0;
   uint64_t open_groups = 0;          // started here, not yet committed
   std::deque<uint64_t> start_order;  // open groups' ids, oldest first
@@ -273,6 +277,7 @@ void Rollout::SyncTenants() {
     t->finished = w.record.state != TenantState::kRunning || !t->unservable.empty();
     auto tm = trainer_metrics_.LoadTenant(w.row);
     if (tm.ok() && tm->generation == t->generation) {
+      t->trainer_seen = true;
       // A tenant resumed from checkpoints continues its data stream where training left it.
       t->metrics.cursor = std::max(t->metrics.cursor, tm->cursor);
       t->retired = tm->groups + tm->groups_dropped;
@@ -301,6 +306,8 @@ void Rollout::SyncTenants() {
 
 void Rollout::StartGroups() {
   if (tenants_.empty()) return;
+  // Its adapter, and the trainer's counts to pace from.
+  auto servable = [](const RolloutTenant* t) { return t->adapter && t->trainer_seen; };
   std::vector<RolloutTenant*> order;
   for (auto& [row, t] : tenants_) order.push_back(t.get());
   auto in_flight_of = [](const RolloutTenant* t) {
@@ -315,7 +322,7 @@ void Rollout::StartGroups() {
     // gets its next step's groups (started as the batch has room).
     bool round_open = false, busy = false;
     for (RolloutTenant* t : order) {
-      if (t->finished || !t->adapter) t->round_quota = 0;  // stopped mid-round: not waited for
+      if (t->finished || !servable(t)) t->round_quota = 0;  // stopped mid-round: not waited for
       round_open = round_open || t->round_quota > 0;
       busy = busy || in_flight_of(t) > 0;
     }
@@ -324,12 +331,12 @@ void Rollout::StartGroups() {
       // Tenants admitted together (Service::AdmitTogether) are held until all of them are in the
       // table: the round waits, so it takes all of them, not the first few.
       if (tenants_held_) return;
-      // A round takes every running tenant: wait until each has its first adapter.
+      // A round takes every running tenant: wait until each has its first adapter and counts.
       for (const RolloutTenant* t : order)
-        if (!t->finished && !t->adapter) return;
+        if (!t->finished && !servable(t)) return;
       for (RolloutTenant* t : order) {
         const uint64_t started = t->metrics.groups + t->open_groups;
-        if (t->finished || !t->adapter || started >= needed_of(t)) continue;
+        if (t->finished || !servable(t) || started >= needed_of(t)) continue;
         t->round_quota = std::min<uint64_t>(t->spec.prompts_per_step(), needed_of(t) - started);
       }
     }
@@ -346,7 +353,7 @@ void Rollout::StartGroups() {
     for (size_t k = 0; k < order.size(); ++k) {
       const size_t i = (first + k) % order.size();
       RolloutTenant* t = order[i];
-      if (t->finished || !t->adapter) continue;
+      if (t->finished || !servable(t)) continue;
       if (args_.lockstep && t->round_quota == 0) continue;
       if (gen_.active() + t->spec.group_size() > kMaxActiveSequences && gen_.active() > 0) {
         next_tenant_rr_ = i;

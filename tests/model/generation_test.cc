@@ -281,6 +281,54 @@ TEST(GenerationTest, SampledTokensDoNotDependOnBatchCompanions) {
   }
 }
 
+// Every slot of the arena is as long as the longest sequence: once a long one has left, the
+// arena gives those positions back (the short sequences' keys kept: they sample as alone), and
+// an idle generator returns to the initial size.
+TEST(GenerationTest, TheKvArenaShrinksOnceALongSequenceHasLeft) {
+  auto w = *BaseWeights::Load(kData + "/llama");
+  Transformer model(w);
+  std::mt19937 rng(5);
+  const int vocab = w->config.vocab_size;
+  GenerationRequest shorter;
+  shorter.id = 1;
+  shorter.prompt = Prompt(rng, 5, vocab);
+  shorter.seed = 17;
+  shorter.max_new_tokens = 30;
+  GenerationRequest longer;
+  longer.id = 2;
+  longer.prompt = Prompt(rng, 600, vocab);
+  longer.seed = 18;
+  longer.max_new_tokens = 2;
+  Generator alone(model);
+  alone.Add(shorter);
+  GenerationResult expected;
+  while (alone.active() > 0)
+    for (auto& r : alone.Step()) expected = r;
+
+  Generator g(model);
+  g.Add(shorter);
+  g.Add(longer);
+  int64_t peak = 0;
+  GenerationResult got;
+  bool long_left = false;
+  while (g.active() > 0) {
+    for (auto& r : g.Step()) {
+      if (r.id == 2) long_left = true;
+      if (r.id == 1) got = r;
+    }
+    peak = std::max(peak, g.kv_arena().capacity());
+    if (long_left && g.active() > 0) EXPECT_LE(g.kv_arena().capacity(), 128) << "not trimmed";
+  }
+  EXPECT_GE(peak, 600);
+  EXPECT_TRUE(long_left);
+  EXPECT_EQ(got.tokens, expected.tokens);
+  ASSERT_EQ(got.logprobs.size(), expected.logprobs.size());
+  for (size_t i = 0; i < got.logprobs.size(); ++i)
+    EXPECT_NEAR(got.logprobs[i], expected.logprobs[i], 1e-4);
+  EXPECT_EQ(g.kv_arena().capacity(), 64);  // idle: the initial arena
+  EXPECT_EQ(g.kv_arena().slots(), 8);
+}
+
 TEST(GenerationTest, StopTokensEndASequenceAndAreReported) {
   auto w = *BaseWeights::Load(kData + "/llama");
   Transformer model(w);

@@ -444,7 +444,8 @@ TEST_F(PipelineTest, KillNineOfServeThenRestartResumesEveryTenant) {
   auto drops = [&](const std::string& id) {
     std::ifstream f(TenantDir(id) + "/trainer.log");
     size_t n = 0;
-    for (std::string l; std::getline(f, l);) n += l.find("dropped group") != std::string::npos;
+    for (std::string l; std::getline(f, l);)
+      n += l.find(": stale: sampled by") != std::string::npos;
     return n;
   };
   for (const std::string& id : ids) {
@@ -470,7 +471,9 @@ TEST_F(PipelineTest, KillNineOfServeThenRestartResumesEveryTenant) {
     // The resumed rollout paces from the trainer's count of retired groups: at most one
     // staleness window of groups goes stale. (It used to count its commits from 0, below the
     // trainer's count, so nothing it had in flight counted and groups went stale by the dozen.)
-    EXPECT_LE(drops(id) - drops_at_kill[id], 4u) << id;
+    // Groups still in flight when the tenant finishes are dropped too, for that reason instead.
+    EXPECT_LE(drops(id) - drops_at_kill[id], 0u)
+        << id << " (before the kill: " << drops_at_kill[id] << ")";
     // The first step after the restart continues from a checkpoint, not from step 1.
     std::ifstream f(TenantDir(id) + "/steps.jsonl");
     std::string line;
