@@ -35,7 +35,8 @@ class KvArena {
   int layers() const { return int(k_.size()); }
   int64_t capacity() const { return capacity_; }
   int64_t in_use() const { return slots_ - int64_t(free_.size()); }
-  // [slots, kv_heads, capacity, head_dim] of `layer`; valid until the next Acquire or Reserve.
+  // [slots, kv_heads, capacity, head_dim] of `layer`; valid until the next Acquire, Reserve
+  // or Trim.
   const torch::Tensor& keys(int layer) const { return k_[size_t(layer)]; }
   const torch::Tensor& values(int layer) const { return v_[size_t(layer)]; }
 

@@ -253,14 +253,21 @@ std::vector<TenantStepResult> MultiTenantStep(const model::Transformer& model,
     TenantStep& t = tenants[k];
     auto& flat = t.adapter->flat();
     if (!flat.grad().defined()) continue;
-    results[k].grad_norm = flat.grad().norm().item<double>();
-    if (!std::isfinite(results[k].grad_norm)) {  // an update would make the adapter NaN
-      results[k].not_finite = true;
-      continue;
+    // Each tenant's update on its own: one that throws here (e.g. out of memory for AdamW's
+    // first state) does not undo or repeat the others', and nothing above this loop has
+    // updated anyone, so a caller may retry a step that threw (MultiTenantStepIsolated).
+    try {
+      results[k].grad_norm = flat.grad().norm().item<double>();
+      if (!std::isfinite(results[k].grad_norm)) {  // an update would make the adapter NaN
+        results[k].not_finite = true;
+        continue;
+      }
+      if (t.grad_clip > 0)
+        torch::nn::utils::clip_grad_norm_(std::vector<torch::Tensor>{flat}, t.grad_clip);
+      t.optimizer->step();
+    } catch (const std::exception& e) {
+      results[k].error = std::string("its update failed: ") + e.what();
     }
-    if (t.grad_clip > 0)
-      torch::nn::utils::clip_grad_norm_(std::vector<torch::Tensor>{flat}, t.grad_clip);
-    t.optimizer->step();
   }
   return results;
 }
@@ -287,6 +294,8 @@ IsolatedSteps MultiTenantStepIsolated(const model::Transformer& model,
     }
   }
   for (size_t k = 0; k < tenants.size(); ++k) {
+    if (out.failed[k].empty() && !out.results[k].error.empty())
+      out.failed[k] = "training step failed: " + out.results[k].error;
     if (out.failed[k].empty() && out.results[k].not_finite) {
       out.failed[k] = "training step failed: the gradient is not finite (grad norm " +
                       std::to_string(out.results[k].grad_norm) + "); the adapter was not updated";

@@ -62,16 +62,20 @@ struct TenantStepResult {
   // Its gradient was not finite (grad_norm inf or NaN): no update, its adapter and optimizer
   // state are as they were.
   bool not_finite = false;
+  // Its own update (clip and AdamW step, after the shared backward) threw: not updated, why.
+  std::string error;
 };
 
 std::vector<TenantStepResult> MultiTenantStep(const model::Transformer& model,
                                               std::vector<TenantStep>& tenants,
                                               bool share_prompts = true);
 
-// MultiTenantStep, with each tenant's failure its own. When the shared step throws (out of
-// memory on a large batch, a token outside the vocabulary), every tenant is stepped again alone,
-// so only those that fail alone fail. failed[k] says why tenant k was not updated ("" when it
-// was): its step threw, or its gradient was not finite.
+// MultiTenantStep, with each tenant's failure its own. When the shared forward or backward throws
+// (out of memory on a large batch; on the CPU, a token outside the vocabulary), no tenant was
+// updated, and every tenant is stepped again alone, so only those that fail alone fail. failed[k]
+// says why tenant k was not updated ("" when it was): its step threw, its own update threw, or
+// its gradient was not finite. (On CUDA a device-side assert spoils the context for every later
+// step: no retry isolates that.)
 struct IsolatedSteps {
   std::vector<TenantStepResult> results;
   std::vector<std::string> failed;

@@ -30,7 +30,7 @@
 
 namespace marlaas {
 
-inline constexpr uint32_t kAdapterStoreLayoutVersion = 2;
+inline constexpr uint32_t kAdapterStoreLayoutVersion = 3;
 
 struct AdapterSlotInfo {
   uint64_t generation = 0;  // 0: never used; bumped on each Register

@@ -14,7 +14,7 @@
 
 namespace marlaas {
 
-inline constexpr uint32_t kMetricsLayoutVersion = 6;
+inline constexpr uint32_t kMetricsLayoutVersion = 7;
 inline constexpr int kStalenessBuckets = 8;  // staleness 0..6, and >= 7
 
 // Sums for a least-squares fit of a stage's cost per pass, seconds = c0 + c1*x1 + c2*x2 + c3*x3,

@@ -35,7 +35,8 @@ class SeqlockCell {
     uint64_t s = seq_.load(std::memory_order_relaxed);
     if (s & 1) ++s;  // the previous writer died mid-store; overwrite its half-written value
     writer_.store(int32_t(getpid()), std::memory_order_relaxed);
-    seq_.store(s + 1, std::memory_order_relaxed);
+    // Release: a reader that sees the sequence odd also sees whose store it is.
+    seq_.store(s + 1, std::memory_order_release);
     // SYNC POINT WRITE: the odd sequence is ordered before the data stores (release fence), so
     // a reader that sees new data also sees the sequence move.
     std::atomic_thread_fence(std::memory_order_release);

@@ -14,7 +14,7 @@
 
 namespace marlaas {
 
-inline constexpr uint32_t kTenantTableLayoutVersion = 2;
+inline constexpr uint32_t kTenantTableLayoutVersion = 3;
 inline constexpr int kMaxTenants = 256;
 
 enum class TenantState : uint32_t {

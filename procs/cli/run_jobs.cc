@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <thread>
 
@@ -23,6 +24,14 @@ Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
   }
   for (const pb::JobSpec& job : o.jobs) {
     if (std::find(resumed.begin(), resumed.end(), job.tenant()) != resumed.end()) continue;
+    const std::string dir = pipeline::TenantDir(o.service.stage.state_dir, job.tenant());
+    if (o.resume && std::filesystem::exists(dir + "/job.json") &&
+        !std::filesystem::exists(dir + "/state")) {
+      // Unfinished on disk but not resumed now (no room): it resumes with a later service.
+      std::fprintf(stderr, "tenant %s waits on disk: not resumed by this service\n",
+                   job.tenant().c_str());
+      continue;
+    }
     Status st = service->Admit(job);
     if (!st.ok()) return st.Annotate("admitting tenant '" + job.tenant() + "'");
   }

@@ -34,9 +34,10 @@ Result<std::unique_ptr<TaskSource>> TaskSource::ForJob(const pb::JobSpec& spec) 
     return Status(StatusCode::kInvalidArgument,
                   "dataset " + path + " has " + std::to_string(s->rows_.size()) +
                       " examples and its first dataset.eval_prompts (" + std::to_string(eval) +
-                      ") are held out for evaluation, which leaves none to train on: set "
-                      "dataset.eval_prompts below " +
-                      std::to_string(s->rows_.size()));
+                      ") are held out for evaluation, which leaves none to train on: " +
+                      (s->rows_.size() > 1
+                           ? "set dataset.eval_prompts below " + std::to_string(s->rows_.size())
+                           : std::string("it needs at least 2 examples")));
   }
   s->eval_rows_ = eval;
   return s;

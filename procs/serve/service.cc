@@ -305,15 +305,17 @@ Result<int> Service::AdmitAs(const pb::JobSpec& given, TenantState state, bool r
                         " MiB is committed to " + std::to_string(live) + " tenant(s)");
     }
   }
+  // The row first, then job.json, then the table: a failure before the last leaves no job.json
+  // behind (a later service would resume it, and its id would be taken).
+  MARLAAS_ASSIGN_OR_RETURN(TenantRecord old, table_->Get(row));
+  TenantRecord r{};
+  MARLAAS_RETURN_IF_ERROR(CopyField(spec.tenant(), r.id, sizeof(r.id), "tenant id"));
+  MARLAAS_RETURN_IF_ERROR(CopyField(spec.task(), r.task, sizeof(r.task), "task"));
   const std::string dir = pipeline::TenantDir(options_.stage.state_dir, spec.tenant());
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return Status(StatusCode::kIo, "creating " + dir + ": " + ec.message());
   MARLAAS_RETURN_IF_ERROR(WriteFileAtomically(dir + "/job.json", JobSpecToJson(spec)));
-  MARLAAS_ASSIGN_OR_RETURN(TenantRecord old, table_->Get(row));
-  TenantRecord r{};
-  MARLAAS_RETURN_IF_ERROR(CopyField(spec.tenant(), r.id, sizeof(r.id), "tenant id"));
-  MARLAAS_RETURN_IF_ERROR(CopyField(spec.task(), r.task, sizeof(r.task), "task"));
   r.state = state;
   r.adapter_slot = row;
   r.max_staleness = spec.max_staleness();
@@ -322,7 +324,10 @@ Result<int> Service::AdmitAs(const pb::JobSpec& given, TenantState state, bool r
   r.max_steps = spec.max_steps();
   r.admitted_unix_ms = NowMs();
   r.generation = old.generation + 1;
-  MARLAAS_RETURN_IF_ERROR(table_->Put(row, r));
+  if (Status st = table_->Put(row, r); !st.ok()) {
+    fs::remove(dir + "/job.json", ec);
+    return st;
+  }
   estimates_[spec.tenant()] = need;
   return row;
 }
@@ -543,9 +548,15 @@ Result<std::vector<std::string>> Service::ResumeTenants() {
     // One that does not fit (fewer rows or a smaller memory budget than before) waits on disk
     // for a later service; the others resume.
     Status st = AdmitAs(*job, TenantState::kRunning, true).status();
-    if (!st.ok()) {
+    if (st.code() == StatusCode::kResourceExhausted) {
       std::fprintf(stderr, "[serve] tenant %s not resumed now (it stays on disk): %s\n", id.c_str(),
                    st.ToString().c_str());
+      continue;
+    }
+    if (!st.ok()) {  // it never will be (e.g. its dataset is gone): failed, with the reason
+      std::fprintf(stderr, "[serve] tenant %s failed: not resumed: %s\n", id.c_str(),
+                   st.ToString().c_str());
+      (void)WriteFileAtomically(dir + "/state", "failed: not resumed: " + st.ToString() + "\n");
       continue;
     }
     std::fprintf(stderr, "[serve] resumed tenant %s from its checkpoints\n", id.c_str());

@@ -88,7 +88,8 @@ class Service {
   // processes): admits again every tenant that has a job.json but no final state, so each
   // resumes from its latest checkpoint (the trainer restores adapter, optimizer and data cursor).
   // One that cannot be admitted now (the service has fewer rows or a smaller memory budget than
-  // before) is logged and stays on disk for a later service. Returns the ids resumed.
+  // before) is logged and stays on disk for a later service; one that never can be (its dataset
+  // is gone) is failed on disk with the reason. Returns the ids resumed.
   Result<std::vector<std::string>> ResumeTenants();
   // Supervision: restarts dead stages and updates tenant states.
   void Tick();

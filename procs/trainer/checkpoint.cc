@@ -160,6 +160,8 @@ Result<LoadedCheckpoint> LoadLatestCheckpoint(
         fs::remove_all(root + "/.bad-" + b, ec);
         fs::rename(root + "/" + b, root + "/.bad-" + b, ec);
       }
+      // LATEST names what loaded (export and evaluations read it), not a folder set aside.
+      if (!bad.empty()) (void)WriteFileAtomically(root + "/LATEST", n + "\n");
       loaded->skipped = std::move(skipped);
       return loaded;
     }

@@ -483,8 +483,12 @@ bool Trainer::TrainReady(bool under_pressure) {
       ++engine_.errors;
       for (const pb::TrajectoryGroup& g : batches[k])
         Retire(stepping[k], g.group_id(), why.substr(0, 200));
-      std::snprintf(stepping[k]->metrics.last_error, sizeof(stepping[k]->metrics.last_error), "%s",
-                    why.c_str());
+      // A gradient that was not finite once is the step's problem, not the tenant's: serve
+      // fails a tenant whose first step has a last_error.
+      if (!results[i].not_finite) {
+        std::snprintf(stepping[k]->metrics.last_error, sizeof(stepping[k]->metrics.last_error),
+                      "%s", why.c_str());
+      }
       continue;
     }
     FinishStep(stepping[k], batches[k], i == SIZE_MAX ? nullptr : &results[i],

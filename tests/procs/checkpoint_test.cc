@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "model/pretrain.h"
 
@@ -117,6 +118,12 @@ TEST_F(CheckpointTest, TruncatedNewestFallsBackToThePreviousAndSaysWhich) {
   // The bad one is set aside under .bad-<name>.
   EXPECT_FALSE(fs::exists(dir_ + "/checkpoints/step-00000004-000000000000"));
   EXPECT_TRUE(fs::exists(dir_ + "/checkpoints/.bad-step-00000004-000000000000/state.json"));
+  {  // and LATEST names the one that loaded (export reads it)
+    std::ifstream latest(dir_ + "/checkpoints/LATEST");
+    std::string name;
+    latest >> name;
+    EXPECT_EQ(name, "step-00000002-000000000000");
+  }
   // With none loadable, nothing is set aside (a restart must not take that for "no checkpoint"
   // and start over), and the error names each.
   Trained t6 = MakeTrained(*base_, 6);

@@ -391,8 +391,6 @@ size_t Lines(const std::string& path) {
   return n;
 }
 
-// kill -9 of serve mid-run: its stages follow it, and a new serve on the same state dir resumes
-// every unfinished tenant from its last checkpoint, with its token, to the end.
 // serve --job stops at --timeout-s with the tenants unfinished, and says so (it used to stop
 // silently, and after an hour by default even with no jobs); the tenant stays on disk to resume.
 TEST_F(PipelineTest, ServeSaysWhenItStopsAtItsTimeLimit) {
@@ -409,6 +407,8 @@ TEST_F(PipelineTest, ServeSaysWhenItStopsAtItsTimeLimit) {
   EXPECT_FALSE(fs::exists(TenantDir("long") + "/state"));
 }
 
+// kill -9 of serve mid-run: its stages follow it, and a new serve on the same state dir resumes
+// every unfinished tenant from its last checkpoint, with its token, to the end.
 TEST_F(PipelineTest, KillNineOfServeThenRestartResumesEveryTenant) {
   pid_t serve = StartServeProcess(state_dir_);
   const std::vector<std::string> ids = {"uno", "dos"};

@@ -380,8 +380,12 @@ TEST_F(PipelineTest, ABadNewestCheckpointAtATrainerRestartLosesItsGroupsButNotTh
   ASSERT_GT(trainer, 0);
   ASSERT_EQ(::kill(trainer, SIGSTOP), 0);  // no checkpoint is written while we break the newest
   const std::string ckpts = TenantDir("fallback") + "/checkpoints";
-  std::string latest = ReadAll(ckpts + "/LATEST");
-  while (!latest.empty() && latest.back() == '\n') latest.pop_back();
+  // The newest folder (LATEST may not name it yet: the stop can fall between the two).
+  std::string latest;
+  for (const auto& e : fs::directory_iterator(ckpts)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("step-", 0) == 0 && n > latest) latest = n;
+  }
   ASSERT_FALSE(latest.empty());
   fs::resize_file(ckpts + "/" + latest + "/optimizer.pt", 10);
   ASSERT_EQ(::kill(trainer, SIGKILL), 0);
@@ -394,6 +398,9 @@ TEST_F(PipelineTest, ABadNewestCheckpointAtATrainerRestartLosesItsGroupsButNotTh
   const std::string log = ReadAll(TenantDir("fallback") + "/trainer.log");
   EXPECT_NE(log.find("trained groups with a bad checkpoint"), std::string::npos) << log;
   EXPECT_TRUE(fs::exists(ckpts + "/.bad-" + latest)) << latest;
+  std::string now = ReadAll(ckpts + "/LATEST");  // names a checkpoint that is there
+  while (!now.empty() && now.back() == '\n') now.pop_back();
+  EXPECT_TRUE(fs::exists(ckpts + "/" + now + "/state.json")) << now;
 }
 
 // A tenant whose verifier is slow (within its timeout) holds back only its own groups: the
@@ -417,8 +424,8 @@ TEST_F(PipelineTest, ASlowTenantVerifierDoesNotHoldBackAnotherTenantsToolCalls) 
   slow.mutable_dataset()->set_eval_prompts(2);
   slow.mutable_verifier()->add_command("/bin/sh");
   slow.mutable_verifier()->add_command("-c");
-  slow.mutable_verifier()->add_command("sleep 40; echo '{\"reward\": 1}'");
-  slow.mutable_sandbox()->set_timeout_ms(60000);
+  slow.mutable_verifier()->add_command("sleep 120; echo '{\"reward\": 1}'");
+  slow.mutable_sandbox()->set_timeout_ms(150000);
   ASSERT_TRUE(service_->Admit(slow).ok());
   pb::JobSpec calc_job = SmallJob("calc", "calculator_tool", 24, 5);
   calc_job.mutable_sampling()->set_max_new_tokens(64);  // room for its tool calls
@@ -428,7 +435,7 @@ TEST_F(PipelineTest, ASlowTenantVerifierDoesNotHoldBackAnotherTenantsToolCalls) 
       if (id == v.record.id) return v;
     return serve::TenantView{};
   };
-  ASSERT_TRUE(RunUntil([&] { return view("calc").record.state == TenantState::kFinished; }, 35))
+  ASSERT_TRUE(RunUntil([&] { return view("calc").record.state == TenantState::kFinished; }, 90))
       << "the calculator tenant waited behind the slow one";
   const serve::TenantView calc = view("calc"), held = view("slow");
   EXPECT_GT(calc.verifier.tool_calls, 64u);  // more than one window of them
@@ -781,8 +788,17 @@ TEST_F(PipelineTest, ResumingMoreTenantsThanFitResumesWhatFitsAndKeepsTheRest) {
     fs::create_directories(TenantDir(id));
     std::ofstream(TenantDir(id) + "/job.json") << JobSpecToJson(SmallJob(id, "arithmetic", 3, 1));
   }
+  // One that never can be: its dataset is gone. It is failed on disk, with the reason.
+  pb::JobSpec lost = SmallJob("lost", "custom", 3, 1);
+  lost.mutable_dataset()->set_jsonl_path(state_dir_ + "/gone.jsonl");
+  lost.mutable_verifier()->add_command("/bin/true");
+  fs::create_directories(TenantDir("lost"));
+  std::ofstream(TenantDir("lost") + "/job.json") << JobSpecToJson(lost);
   auto resumed = service_->ResumeTenants();
   ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  const std::string state = ReadAll(TenantDir("lost") + "/state");
+  EXPECT_EQ(state.rfind("failed: not resumed", 0), 0u) << state;
+  EXPECT_NE(state.find("gone.jsonl"), std::string::npos) << state;
   ASSERT_EQ(resumed->size(), 1u);
   EXPECT_EQ(service_->Tenants().size(), 1u);
   const std::string waiting = resumed->front() == "left1" ? "left2" : "left1";

@@ -91,7 +91,7 @@ TEST(TaskSourceTest, TheHeldOutRowsAreNeverTrainedOnAndMustLeaveSomeToTrain) {
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("has 1 examples"), std::string::npos)
       << refused.status().message();
-  EXPECT_NE(refused.status().message().find("dataset.eval_prompts below 1"), std::string::npos);
+  EXPECT_NE(refused.status().message().find("needs at least 2 examples"), std::string::npos);
   {
     std::ofstream f(j.dataset().jsonl_path());
     for (int i = 0; i < 5; ++i)

@@ -229,7 +229,6 @@ TEST(MultiTenantStepTest, LeftOutZeroAdvantageRowsStillCountInTheMean) {
               1e-3);
 }
 
-// One tenant, one completion with positive advantage: steps raise its log-probability.
 // A tenant whose gradient is not finite (here: behaviour log-probs so low that the ratio
 // overflows, with a negative advantage) is not updated, and the tenant it shares the step with
 // is updated exactly as beside a finite one of the same shapes.
@@ -288,6 +287,7 @@ TEST(MultiTenantStepTest, IsolatedStepsFailOnlyTheTenantThatFailsAlone) {
   EXPECT_GT(done.results[0].grad_norm, 0);
 }
 
+// One tenant, one completion with positive advantage: steps raise its log-probability.
 TEST(MultiTenantStepTest, PositiveAdvantageRaisesTheCompletionsLogProb) {
   auto w = *model::BaseWeights::Load(kData + "/llama");
   model::Transformer model(w);
