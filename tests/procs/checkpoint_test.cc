@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "model/pretrain.h"
 
@@ -36,6 +37,16 @@ Trained MakeTrained(const model::BaseWeights& base, int steps) {
     t.opt->step();
   }
   return t;
+}
+
+// The make_optimizer of LoadLatestCheckpoint: an AdamW over the loaded adapter, kept in *opt.
+std::function<torch::optim::Optimizer*(model::LoraAdapter*)> OptimizerInto(
+    std::unique_ptr<torch::optim::AdamW>* opt) {
+  return [opt](model::LoraAdapter* a) {
+    *opt = std::make_unique<torch::optim::AdamW>(std::vector<torch::Tensor>{a->flat()},
+                                                 torch::optim::AdamWOptions(1e-2));
+    return opt->get();
+  };
 }
 
 class CheckpointTest : public ::testing::Test {
@@ -103,11 +114,7 @@ TEST_F(CheckpointTest, TruncatedNewestFallsBackToThePreviousAndSaysWhich) {
   ASSERT_TRUE(fs::exists(newest));
   fs::resize_file(newest, fs::file_size(newest) / 2);
   std::unique_ptr<torch::optim::AdamW> opt;
-  auto make = [&](model::LoraAdapter* a) {
-    opt = std::make_unique<torch::optim::AdamW>(std::vector<torch::Tensor>{a->flat()},
-                                                torch::optim::AdamWOptions(1e-2));
-    return opt.get();
-  };
+  auto make = OptimizerInto(&opt);
   auto loaded = LoadLatestCheckpoint(dir_, *base_, make);
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   EXPECT_EQ(loaded->state.steps, 2u);
@@ -159,11 +166,7 @@ TEST_F(CheckpointTest, AFallbackCountsTheLostGroupsAndTheSameStepIsSavedAgain) {
   const std::string bad = dir_ + "/checkpoints/step-00000004-000000000008";
   fs::resize_file(bad + "/optimizer.pt", 10);
   std::unique_ptr<torch::optim::AdamW> opt;
-  auto make = [&](model::LoraAdapter* a) {
-    opt = std::make_unique<torch::optim::AdamW>(std::vector<torch::Tensor>{a->flat()},
-                                                torch::optim::AdamWOptions(1e-2));
-    return opt.get();
-  };
+  auto make = OptimizerInto(&opt);
   auto loaded = LoadLatestCheckpoint(dir_, *base_, make);
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   EXPECT_EQ(loaded->state.steps, 2u);

@@ -48,6 +48,18 @@ void InjectJunk(const std::string& instance, const char* ring) {
       p->Push(pipeline::kGroupRecord, junk.data(), junk.size(), Deadline::AfterMs(1000)).ok());
 }
 
+// A custom task's JSONL dataset of 8 additions ("Q: i+1=", answer i+1) at `path`; returns it.
+std::string WriteAdditionDataset(const std::string& path) {
+  std::ofstream f(path);
+  for (int i = 0; i < 8; ++i)
+    f << nlohmann::json{{"id", std::to_string(i)},
+                        {"prompt", "Q: " + std::to_string(i) + "+1=\nA:"},
+                        {"reference", std::to_string(i + 1)}}
+             .dump()
+      << "\n";
+  return path;
+}
+
 TEST_F(PipelineTest, KillEachStageMidRunLosesNothing) {
   StartService();
   const int kSteps = 12;
@@ -317,16 +329,7 @@ TEST_F(PipelineTest, TwinTenantsProgressTogether) {
 
 TEST_F(PipelineTest, BrokenTenantVerifiersDoNotHarmOthers) {
   StartService();
-  const std::string data = state_dir_ + "/custom.jsonl";
-  {
-    std::ofstream f(data);
-    for (int i = 0; i < 8; ++i)
-      f << nlohmann::json{{"id", std::to_string(i)},
-                          {"prompt", "Q: " + std::to_string(i) + "+1=\nA:"},
-                          {"reference", std::to_string(i + 1)}}
-               .dump()
-        << "\n";
-  }
+  const std::string data = WriteAdditionDataset(state_dir_ + "/custom.jsonl");
   auto custom = [&](const std::string& id, const std::string& script) {
     pb::JobSpec j = SmallJob(id, "custom", 4, 9);
     j.mutable_dataset()->set_jsonl_path(data);
@@ -409,16 +412,7 @@ TEST_F(PipelineTest, ABadNewestCheckpointAtATrainerRestartLosesItsGroupsButNotTh
 // tool calls and groups, well over the window's 64 records, go through meanwhile.
 TEST_F(PipelineTest, ASlowTenantVerifierDoesNotHoldBackAnotherTenantsToolCalls) {
   StartService();
-  const std::string data = state_dir_ + "/slow.jsonl";
-  {
-    std::ofstream f(data);
-    for (int i = 0; i < 8; ++i)
-      f << nlohmann::json{{"id", std::to_string(i)},
-                          {"prompt", "Q: " + std::to_string(i) + "+1=\nA:"},
-                          {"reference", std::to_string(i + 1)}}
-               .dump()
-        << "\n";
-  }
+  const std::string data = WriteAdditionDataset(state_dir_ + "/slow.jsonl");
   pb::JobSpec slow = SmallJob("slow", "custom", 2, 9);
   slow.mutable_dataset()->set_jsonl_path(data);
   slow.mutable_dataset()->set_eval_prompts(2);
