@@ -113,17 +113,18 @@ std::vector<GenerationResult> Generator::Step() {
   return done;
 }
 
+void Generator::ReleaseIdleMemory() {
+  if (!seqs_.empty()) return;
+  if (arena_->slots() > KvArena::kInitialSlots || arena_->capacity() > KvArena::kInitialCapacity)
+    arena_ = std::make_shared<KvArena>(model_.config(), model_.device());
+}
+
 void Generator::TrimArena() {
-  constexpr int64_t kInitialCapacity = 64, kInitialSlots = 8;  // KvArena's defaults
-  if (seqs_.empty()) {
-    if (arena_->slots() > kInitialSlots || arena_->capacity() > kInitialCapacity)
-      arena_ = std::make_shared<KvArena>(model_.config(), model_.device());
-    return;
-  }
+  if (seqs_.empty()) return;  // kept for the next round; ReleaseIdleMemory gives it back
   int64_t longest = 0;
   for (const auto& s : seqs_) longest = std::max(longest, s->cache.length());
-  if (arena_->capacity() > kInitialCapacity && longest * 4 <= arena_->capacity())
-    arena_->Trim(std::max(kInitialCapacity, 2 * longest));
+  if (arena_->capacity() > KvArena::kInitialCapacity && longest * 4 <= arena_->capacity())
+    arena_->Trim(std::max(KvArena::kInitialCapacity, 2 * longest));
 }
 
 }  // namespace marlaas::model

@@ -58,6 +58,10 @@ class Generator {
   const StepShape& last_step() const { return last_step_; }
   // The sequences' shared key/value memory (its size: slots x capacity positions).
   const KvArena& kv_arena() const { return *arena_; }
+  // With no sequence: back to a fresh arena of the initial size (a caller idle for a while gives
+  // the memory back); with any, nothing. Not done at every idle moment: a lockstep caller is idle
+  // between every two rounds and would regrow the arena each round.
+  void ReleaseIdleMemory();
 
  private:
   struct Sequence {
@@ -69,8 +73,7 @@ class Generator {
     int pool_slot = -1;
   };
   // After a step: once the longest live sequence needs a quarter of the arena's positions or
-  // less (a long one has left), the arena keeps twice that many, and a generator with no
-  // sequence goes back to a fresh arena of the initial size.
+  // less (a long one has left), the arena keeps twice that many.
   void TrimArena();
 
   const Transformer& model_;

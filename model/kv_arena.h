@@ -18,8 +18,9 @@ namespace marlaas::model {
 
 class KvArena {
  public:
-  KvArena(const ModelConfig& config, torch::Device device, int64_t slots = 8,
-          int64_t capacity = 64);
+  static constexpr int64_t kInitialSlots = 8, kInitialCapacity = 64;
+  KvArena(const ModelConfig& config, torch::Device device, int64_t slots = kInitialSlots,
+          int64_t capacity = kInitialCapacity);
 
   // A free slot (the arena grows when none is); its contents are stale until written.
   int64_t Acquire();

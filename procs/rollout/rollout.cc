@@ -665,6 +665,9 @@ Status Rollout::Run() {
       // look again every 0.5 ms so that its step is seen soon; with none, every 2 ms.
       const bool waiting = std::any_of(tenants_.begin(), tenants_.end(),
                                        [](const auto& kv) { return !kv.second->finished; });
+      // Idle for a while: the generator's key/value memory goes back (not between lockstep rounds).
+      constexpr int64_t kReleaseIdleAfterNs = 5'000'000'000;
+      if (now - last_pass_end > kReleaseIdleAfterNs) gen_.ReleaseIdleMemory();
       std::this_thread::sleep_for(std::chrono::microseconds(waiting ? 500 : 2000));
     }
     FlushOutputs();

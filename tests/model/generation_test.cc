@@ -282,8 +282,8 @@ TEST(GenerationTest, SampledTokensDoNotDependOnBatchCompanions) {
 }
 
 // Every slot of the arena is as long as the longest sequence: once a long one has left, the
-// arena gives those positions back (the short sequences' keys kept: they sample as alone), and
-// an idle generator returns to the initial size.
+// arena gives those positions back (the short sequences' keys kept: they sample as alone); an
+// idle generator keeps its arena until asked to release it.
 TEST(GenerationTest, TheKvArenaShrinksOnceALongSequenceHasLeft) {
   auto w = *BaseWeights::Load(kData + "/llama");
   Transformer model(w);
@@ -325,7 +325,20 @@ TEST(GenerationTest, TheKvArenaShrinksOnceALongSequenceHasLeft) {
   ASSERT_EQ(got.logprobs.size(), expected.logprobs.size());
   for (size_t i = 0; i < got.logprobs.size(); ++i)
     EXPECT_NEAR(got.logprobs[i], expected.logprobs[i], 1e-4);
-  EXPECT_EQ(g.kv_arena().capacity(), 64);  // idle: the initial arena
+  EXPECT_EQ(g.kv_arena().capacity(), 64);  // the short one's need
+  // A sequence of 100 positions that ends leaves its arena for the next round (a lockstep caller
+  // is idle between every two rounds) ...
+  GenerationRequest medium = longer;
+  medium.prompt = Prompt(rng, 100, vocab);
+  g.Add(medium);
+  EXPECT_TRUE(g.Step().empty());
+  g.ReleaseIdleMemory();  // ... a generator with a sequence keeps it ...
+  EXPECT_GE(g.kv_arena().capacity(), 101);
+  while (g.active() > 0) g.Step();
+  const int64_t kept = g.kv_arena().capacity();
+  EXPECT_GE(kept, 102);
+  g.ReleaseIdleMemory();  // ... and one whose caller was idle for a while gives it back.
+  EXPECT_EQ(g.kv_arena().capacity(), 64);
   EXPECT_EQ(g.kv_arena().slots(), 8);
 }
 
