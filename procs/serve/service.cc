@@ -236,18 +236,20 @@ Status Service::Admit(const pb::JobSpec& given) {
 
 Status Service::AdmitTogether(const std::vector<pb::JobSpec>& given) {
   std::set<std::string> ids;
+  std::vector<pb::JobSpec> checked;  // each checked once (a custom dataset is read once)
   for (const pb::JobSpec& g : given) {
     MARLAAS_ASSIGN_OR_RETURN(pb::JobSpec spec, CheckAdmissible(g, false));
     if (!ids.insert(spec.tenant()).second)
       return Status(StatusCode::kAlreadyExists,
                     "tenant '" + spec.tenant() + "' is in the list twice");
+    checked.push_back(std::move(spec));
   }
   std::vector<int> held;
   Status st = Status::Ok();
-  for (const pb::JobSpec& g : given) {
-    Result<int> row = AdmitAs(g, TenantState::kAdmitted, false);
+  for (const pb::JobSpec& spec : checked) {
+    Result<int> row = AdmitChecked(spec, TenantState::kAdmitted);
     if (!row.ok()) {
-      st = row.status().Annotate("admitting tenant '" + g.tenant() + "'");
+      st = row.status().Annotate("admitting tenant '" + spec.tenant() + "'");
       break;
     }
     held.push_back(*row);
@@ -284,6 +286,10 @@ Result<pb::JobSpec> Service::CheckAdmissible(const pb::JobSpec& given, bool resu
 
 Result<int> Service::AdmitAs(const pb::JobSpec& given, TenantState state, bool resuming) {
   MARLAAS_ASSIGN_OR_RETURN(const pb::JobSpec spec, CheckAdmissible(given, resuming));
+  return AdmitChecked(spec, state);
+}
+
+Result<int> Service::AdmitChecked(const pb::JobSpec& spec, TenantState state) {
   MARLAAS_ASSIGN_OR_RETURN(int row, PickRow());
   MARLAAS_ASSIGN_OR_RETURN(const uint64_t need,
                            EstimateTenantBytes(spec, options_.stage.model_dir));

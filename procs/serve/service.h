@@ -140,6 +140,8 @@ class Service {
   Result<pb::JobSpec> CheckAdmissible(const pb::JobSpec& spec, bool resuming) const;
   // Admit in the given state (kRunning, or kAdmitted: held); returns the row.
   Result<int> AdmitAs(const pb::JobSpec& spec, TenantState state, bool resuming);
+  // The same for a spec CheckAdmissible returned: a row, the memory budget, job.json, the table.
+  Result<int> AdmitChecked(const pb::JobSpec& spec, TenantState state);
   // Makes the tenant of `row` finished, stopped or failed: writes <tenant>/status.json (what
   // `status` shows once the row is reused), then <tenant>/state ("finished", "stopped: why",
   // "failed: why"), which a restarted service does not resume, then the row.
