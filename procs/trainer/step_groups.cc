@@ -3,6 +3,26 @@
 #include "rl/advantages.h"
 
 namespace marlaas::trainer {
+namespace {
+
+// Whether the mask marks a token the policy did not write (its prompt or a tool's result) as
+// trained on, or a tool turn's result lies outside the tokens: either would push up text the
+// policy never chose, with a behaviour log-prob of 0.
+bool TrainsOnInput(const pb::Trajectory& tr) {
+  const std::string& mask = tr.loss_mask();
+  if (tr.prompt_tokens() > mask.size()) return true;
+  for (uint32_t i = 0; i < tr.prompt_tokens(); ++i)
+    if (mask[i] != 0) return true;
+  for (const pb::ToolTurn& turn : tr.tool_turns()) {
+    const uint64_t start = turn.result_token_start(), end = start + turn.result_token_count();
+    if (turn.result_token_count() > 0 && end > mask.size()) return true;
+    for (uint64_t i = start; i < end && i < mask.size(); ++i)
+      if (mask[i] != 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 bool AddGroupToStep(const pb::TrajectoryGroup& g, bool normalize_std, rl::TenantStep* step) {
   std::vector<float> rewards;
@@ -20,7 +40,8 @@ bool AddGroupToStep(const pb::TrajectoryGroup& g, bool normalize_std, rl::Tenant
     c.behaviour_logprobs.assign(tr.behaviour_logprobs().begin(), tr.behaviour_logprobs().end());
     c.loss_mask.assign(tr.loss_mask().begin(), tr.loss_mask().end());
     c.advantage = adv.degenerate ? 0.0f : adv.advantages[size_t(i)];
-    if (c.tokens.size() != c.behaviour_logprobs.size() || c.tokens.size() != c.loss_mask.size())
+    if (c.tokens.size() != c.behaviour_logprobs.size() || c.tokens.size() != c.loss_mask.size() ||
+        TrainsOnInput(tr))
       continue;  // malformed trajectory: it contributes nothing
     step->completions.push_back(std::move(c));
   }

@@ -5,7 +5,8 @@
 // it is not computed, and its trained tokens go to step->skipped_tokens so that they still count
 // in the step's token mean (rl/multi_tenant_step.h); with a KL term (kl_beta > 0) its
 // trajectories are added with advantage 0, so the KL penalty on them is computed as the
-// objective says. A trajectory whose tokens, log-probs and mask differ in length contributes
+// objective says. A trajectory whose tokens, log-probs and mask differ in length, or whose mask
+// trains on its prompt or a tool's result (or places a result outside its tokens), contributes
 // nothing. Returns whether the group was degenerate.
 #pragma once
 

@@ -63,5 +63,39 @@ TEST(StepGroupsTest, AMalformedTrajectoryIsLeftOut) {
   EXPECT_EQ(step.completions[0].advantage, -0.5f);
 }
 
+// The policy is trained only on what it wrote: a trajectory whose mask covers its prompt or a
+// tool's result, or whose tool result lies past its tokens, is left out; one with its result
+// masked is kept.
+TEST(StepGroupsTest, ATrajectoryTrainedOnItsPromptOrAToolResultIsLeftOut) {
+  auto with_tool_turn = [](uint32_t start, uint32_t count) {
+    pb::TrajectoryGroup g = Group({1, 0, 0});  // trajectory 2: prompt 0-1, written 2-4
+    pb::Trajectory* tr = g.mutable_trajectories(2);
+    tr->set_prompt_tokens(2);
+    (*tr->mutable_loss_mask())[3] = 0;  // token 3: the tool's result
+    pb::ToolTurn* turn = tr->add_tool_turns();
+    turn->set_result_token_start(start);
+    turn->set_result_token_count(count);
+    return g;
+  };
+  rl::TenantStep kept;
+  AddGroupToStep(with_tool_turn(3, 1), false, &kept);
+  EXPECT_EQ(kept.completions.size(), 3u);
+  for (auto [start, count] : {std::pair<uint32_t, uint32_t>{2, 2}, {4, 1}, {3, 5}}) {
+    rl::TenantStep step;
+    AddGroupToStep(with_tool_turn(start, count), false, &step);
+    EXPECT_EQ(step.completions.size(), 2u) << "result at " << start << " +" << count;
+  }
+  pb::TrajectoryGroup g = Group({1, 0});
+  g.mutable_trajectories(0)->set_prompt_tokens(3);  // token 2 is trained on: not its prompt
+  rl::TenantStep step;
+  AddGroupToStep(g, false, &step);
+  ASSERT_EQ(step.completions.size(), 1u);
+  EXPECT_EQ(step.completions[0].advantage, -0.5f);
+  g.mutable_trajectories(0)->set_prompt_tokens(9);  // past its tokens
+  rl::TenantStep past;
+  AddGroupToStep(g, false, &past);
+  EXPECT_EQ(past.completions.size(), 1u);
+}
+
 }  // namespace
 }  // namespace marlaas::trainer
