@@ -9,6 +9,8 @@
 #include <cmath>
 #include <random>
 
+#include "model/generator.h"
+
 namespace marlaas::rl {
 namespace {
 
@@ -312,6 +314,103 @@ TEST(MultiTenantStepTest, PositiveAdvantageRaisesTheCompletionsLogProb) {
     MultiTenantStep(model, steps);
   }
   EXPECT_GT(logprob(), before + 0.5);
+}
+
+// The importance ratio is 1 on-policy: the log-probs the rollout's generator records while it
+// samples (temperature 0.7, top-k, top-p; with a tool's result appended mid-way and generation
+// going on after it, as the rollout does) are those the trainer computes for the same adapter.
+// Checked per token against a plain forward of the whole sequence, and through the step: every
+// ratio 1 makes the loss -(sum of A x generated tokens) / generated tokens, with nothing clipped.
+// At the wrong temperature the same step clips and its loss moves (the check can fail).
+TEST(MultiTenantStepTest, TheRolloutsLogProbsAreTheTrainersAtTheSameAdapter) {
+  auto w = *model::BaseWeights::Load(kData + "/llama");
+  model::Transformer model(w);
+  Tenant t = MakeTenant(*w, 8, (1u << kNumLoraTargets) - 1, 21, 0, 0.7f);
+  std::shared_ptr<const model::LoraAdapter> adapter(t.adapter.get(),
+                                                    [](const model::LoraAdapter*) {});
+  const int vocab = w->config.vocab_size;
+  std::mt19937 rng(4);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 7; ++i) prompt.push_back(int32_t(rng() % uint32_t(vocab)));
+  model::SamplingParams sampling;
+  sampling.temperature = 0.7f;
+  sampling.top_k = 40;
+  sampling.top_p = 0.9f;
+  auto generate = [&](const std::vector<int32_t>& context, uint64_t seed, int n) {
+    torch::NoGradGuard no_grad;
+    model::Generator gen(model);
+    model::GenerationRequest r;
+    r.id = 1;
+    r.prompt = context;
+    r.adapter = adapter;
+    r.sampling = sampling;
+    r.seed = seed;
+    r.max_new_tokens = n;
+    gen.Add(r);
+    model::GenerationResult out;
+    while (gen.active() > 0)
+      for (auto& done : gen.Step()) out = done;
+    return out;
+  };
+  std::vector<Completion> completions;
+  const float advantages[] = {1.0f, -0.5f, 0.25f, -0.75f};
+  for (int i = 0; i < 4; ++i) {
+    Completion c;
+    c.tokens = prompt;
+    c.behaviour_logprobs.assign(prompt.size(), 0.0f);
+    c.loss_mask.assign(prompt.size(), 0);
+    auto append = [&](const model::GenerationResult& g) {
+      ASSERT_EQ(g.tokens.size(), g.logprobs.size());
+      c.tokens.insert(c.tokens.end(), g.tokens.begin(), g.tokens.end());
+      c.behaviour_logprobs.insert(c.behaviour_logprobs.end(), g.logprobs.begin(), g.logprobs.end());
+      c.loss_mask.insert(c.loss_mask.end(), g.tokens.size(), 1);
+    };
+    append(generate(c.tokens, 100 + uint64_t(i), 6));
+    for (int k = 0; k < 3; ++k) {  // a tool's result: not the policy's, not trained on
+      c.tokens.push_back(int32_t(rng() % uint32_t(vocab)));
+      c.behaviour_logprobs.push_back(0.0f);
+      c.loss_mask.push_back(0);
+    }
+    append(generate(c.tokens, 200 + uint64_t(i), 5));
+    c.advantage = advantages[i];
+    completions.push_back(c);
+  }
+  // A plain reference: log softmax(logits / T) of the whole sequence at each generated token.
+  {
+    torch::NoGradGuard no_grad;
+    model::LoraRouting r{{t.adapter.get()}, {0}};
+    for (const Completion& c : completions) {
+      auto ids = torch::tensor(std::vector<int64_t>(c.tokens.begin(), c.tokens.end())).unsqueeze(0);
+      auto lp = torch::log_softmax(model.Forward(ids, &r)[0] / 0.7, -1);
+      for (size_t j = 1; j < c.tokens.size(); ++j) {
+        if (!c.loss_mask[j]) continue;
+        EXPECT_NEAR(c.behaviour_logprobs[j], lp[int64_t(j) - 1][c.tokens[j]].item<double>(), 1e-4)
+            << "token " << j;
+      }
+    }
+  }
+  double want = 0, tokens = 0;
+  for (const Completion& c : completions) {
+    for (uint8_t m : c.loss_mask) {
+      want -= m * c.advantage;
+      tokens += m;
+    }
+  }
+  want /= tokens;
+  auto step_at = [&](float temperature) {
+    Tenant copy = MakeTenant(*w, 8, (1u << kNumLoraTargets) - 1, 21, 0, temperature);
+    copy.completions = completions;
+    std::vector<TenantStep> steps = {StepOf(copy)};
+    steps[0].grpo.kl_beta = 0;
+    return MultiTenantStep(model, steps)[0];
+  };
+  const TenantStepResult on_policy = step_at(0.7f);
+  EXPECT_NEAR(on_policy.loss, want, 1e-4);
+  EXPECT_EQ(on_policy.clip_fraction, 0.0);
+  EXPECT_EQ(on_policy.tokens, int64_t(tokens));
+  const TenantStepResult wrong = step_at(1.0f);
+  EXPECT_GT(std::abs(wrong.loss - want), 1e-3);
+  EXPECT_GT(wrong.clip_fraction, 0.0);
 }
 
 }  // namespace
