@@ -22,6 +22,7 @@ enum class StatusCode {
   kIo,                  // an operating-system call failed
   kUnavailable,         // not ready yet; retrying may succeed
   kInternal,            // a bug or an unexpected state
+  kCancelled,           // stopped on request (SIGINT/SIGTERM) before it finished
 };
 
 const char* StatusCodeName(StatusCode code);

@@ -109,10 +109,26 @@ Result<PipelineRun> RunPipelineMode(const std::string& mode, int tenants, uint64
 
   std::error_code ec;
   fs::remove_all(so.stage.state_dir, ec);
-  MARLAAS_ASSIGN_OR_RETURN(std::unique_ptr<serve::Service> service, serve::Service::Start(so));
+  // A run that fails keeps its state dir (its stages' logs say why) and the error names it; one
+  // that finishes or is interrupted leaves nothing (the service's destructor stops its stages
+  // and removes its segments on every path).
+  struct StateDir {
+    std::string path;
+    bool remove = false;
+    ~StateDir() {
+      std::error_code e;
+      if (remove) fs::remove_all(path, e);
+    }
+  } state{so.stage.state_dir};
+  auto failed = [&](const Status& st) {
+    return Status(st.code(), st.message() + " (its state is kept in " + state.path + ")");
+  };
+  Result<std::unique_ptr<serve::Service>> started = serve::Service::Start(so);
+  if (!started.ok()) return failed(started.status());
+  std::unique_ptr<serve::Service> service = std::move(*started);
   // The clock starts with the first admission, once every stage has loaded the base and entered
   // its loop: process start-up is the same in every mode and no part of a tenant's training.
-  MARLAAS_RETURN_IF_ERROR(service->WaitUntilReady(60'000));
+  if (Status st = service->WaitUntilReady(60'000); !st.ok()) return failed(st);
   PipelineRun run;
   run.mode = mode;
   run.tenants = tenants;
@@ -122,7 +138,7 @@ Result<PipelineRun> RunPipelineMode(const std::string& mode, int tenants, uint64
   // Admitting is part of the run (the clock has started): timed for the simulator.
   auto admit = [&]() -> Status {
     const int64_t t0 = MonotonicNanos();
-    MARLAAS_RETURN_IF_ERROR(service->Admit(jobs[admitted]));
+    if (Status st = service->Admit(jobs[admitted]); !st.ok()) return failed(st);
     run.costs.admit_ns += uint64_t(MonotonicNanos() - t0);
     ++run.costs.admissions;
     ++admitted;
@@ -134,7 +150,7 @@ Result<PipelineRun> RunPipelineMode(const std::string& mode, int tenants, uint64
     // At one moment: one by one, a lockstep rollout polling every 0.5 ms started its first round
     // with the tenants admitted so far, and the rest trained a round behind.
     const int64_t t0 = MonotonicNanos();
-    MARLAAS_RETURN_IF_ERROR(service->AdmitTogether(jobs));
+    if (Status st = service->AdmitTogether(jobs); !st.ok()) return failed(st);
     run.costs.admit_ns += uint64_t(MonotonicNanos() - t0);
     run.costs.admissions += jobs.size();
     admitted = jobs.size();
@@ -146,6 +162,10 @@ Result<PipelineRun> RunPipelineMode(const std::string& mode, int tenants, uint64
   bool timed_out = false;
   int64_t next_sample = 0;
   for (;;) {
+    if (pipeline::StopRequested()) {  // SIGINT/SIGTERM (the CLI's handlers)
+      state.remove = true;
+      return Status(StatusCode::kCancelled, "interrupted");
+    }
     service->Tick();
     if (MonotonicNanos() >= next_sample) {
       monitor.Sample(*service);
@@ -219,14 +239,14 @@ Result<PipelineRun> RunPipelineMode(const std::string& mode, int tenants, uint64
   double sum = 0;
   for (const pb::JobSpec& j : jobs) {
     const std::string ckpt = LatestCheckpoint(so.stage.state_dir, j.tenant());
-    MARLAAS_ASSIGN_OR_RETURN(
-        pipeline::EvalResult r,
-        pipeline::EvaluateHeldOut(o.model_dir, j, ckpt, int(j.dataset().eval_prompts())));
-    run.final_rewards.push_back(r.mean_reward);
-    sum += r.mean_reward;
+    Result<pipeline::EvalResult> r =
+        pipeline::EvaluateHeldOut(o.model_dir, j, ckpt, int(j.dataset().eval_prompts()));
+    if (!r.ok()) return failed(r.status().Annotate("evaluating tenant '" + j.tenant() + "'"));
+    run.final_rewards.push_back(r->mean_reward);
+    sum += r->mean_reward;
   }
   run.final_reward_mean = jobs.empty() ? 0 : sum / double(jobs.size());
-  if (!o.keep_state) fs::remove_all(so.stage.state_dir, ec);
+  state.remove = !o.keep_state;
   if (!o.quiet) {
     std::printf("  %-17s %3d tenants  seed %llu  %7.1f s  util rollout %.2f trainer %.2f  %s\n",
                 mode.c_str(), tenants, (unsigned long long)seed, run.wall_s, run.util_rollout,

@@ -40,9 +40,32 @@ PipelineSummary SummarisePipelineRuns(const std::vector<PipelineRun>& runs) {
     for (const PipelineRun* r : rs) seeds.insert(r->seed);
     row.seeds = int(seeds.size());
     const double n = double(rs.size());
-    double lo = 1e9, hi = -1e9;
     row.tenant_reward_mean.assign(size_t(row.tenants), 0.0);
+    // The spread is over seeds: each seed's repeats are averaged first (more repeats of a seed
+    // make its mean steadier, not the spread wider).
+    std::map<uint64_t, std::vector<const PipelineRun*>> by_seed;
+    for (const PipelineRun* r : rs) by_seed[r->seed].push_back(r);
+    double lo = 1e9, hi = -1e9;
     std::vector<double> t_lo(size_t(row.tenants), 1e9), t_hi(size_t(row.tenants), -1e9);
+    for (const auto& [seed, reps] : by_seed) {
+      double mean = 0;
+      std::vector<double> tenant(size_t(row.tenants), 0.0);
+      std::vector<int> tenant_runs(size_t(row.tenants), 0);
+      for (const PipelineRun* r : reps) {
+        mean += r->final_reward_mean / double(reps.size());
+        for (size_t t = 0; t < r->final_rewards.size() && t < size_t(row.tenants); ++t) {
+          tenant[t] += r->final_rewards[t];
+          ++tenant_runs[t];
+        }
+      }
+      lo = std::min(lo, mean);
+      hi = std::max(hi, mean);
+      for (size_t t = 0; t < size_t(row.tenants); ++t) {
+        if (tenant_runs[t] == 0) continue;
+        t_lo[t] = std::min(t_lo[t], tenant[t] / tenant_runs[t]);
+        t_hi[t] = std::max(t_hi[t], tenant[t] / tenant_runs[t]);
+      }
+    }
     for (const PipelineRun* r : rs) {
       row.complete = row.complete && r->complete;
       row.wall_s += r->wall_s / n;
@@ -51,13 +74,8 @@ PipelineSummary SummarisePipelineRuns(const std::vector<PipelineRun>& runs) {
       row.util_trainer += r->util_trainer / n;
       row.samples_per_s += r->samples_per_s / n;
       row.final_reward_mean += r->final_reward_mean / n;
-      lo = std::min(lo, r->final_reward_mean);
-      hi = std::max(hi, r->final_reward_mean);
-      for (size_t t = 0; t < r->final_rewards.size() && t < size_t(row.tenants); ++t) {
+      for (size_t t = 0; t < r->final_rewards.size() && t < size_t(row.tenants); ++t)
         row.tenant_reward_mean[t] += r->final_rewards[t] / n;
-        t_lo[t] = std::min(t_lo[t], r->final_rewards[t]);
-        t_hi[t] = std::max(t_hi[t], r->final_rewards[t]);
-      }
       for (int b = 0; b < kStalenessBuckets; ++b)
         row.staleness[size_t(b)] += r->staleness[size_t(b)];
       row.groups_dropped += r->groups_dropped;
@@ -71,11 +89,13 @@ PipelineSummary SummarisePipelineRuns(const std::vector<PipelineRun>& runs) {
   for (const PipelineRow& r : s.rows) {
     if (r.mode != "async") continue;
     const PipelineRow* seq = Find(s, "sequential_sync", r.tenants);
-    if (seq == nullptr || r.wall_s <= 0 || EngineUtil(*seq) <= 0) continue;
+    if (seq == nullptr) continue;
     PipelineRatio q;
     q.tenants = r.tenants;
-    q.speedup = seq->wall_s / r.wall_s;
-    q.util_ratio = EngineUtil(r) / EngineUtil(*seq);
+    // A run's wall time is positive (measured_run.h refuses others); an engine never seen busy
+    // gives no ratio, and its targets are missed rather than left out.
+    q.speedup = r.wall_s > 0 ? seq->wall_s / r.wall_s : 0;
+    q.util_ratio = EngineUtil(*seq) > 0 ? EngineUtil(r) / EngineUtil(*seq) : 0;
     if (const PipelineRow* multi = Find(s, "multi_tenant_sync", r.tenants);
         multi != nullptr && multi->wall_s > 0)
       q.multi_speedup = seq->wall_s / multi->wall_s;
@@ -104,7 +124,7 @@ std::string PipelineTable(const PipelineSummary& s) {
     for (int b = 1; b < kStalenessBuckets; ++b) stale += r.staleness[size_t(b)];
     std::snprintf(
         line, sizeof(line),
-        "%-18s %7d %5d %8.1f %10.2f %11.2f %11.2f %5.2f %10.1f  %.3f (%.3f)  %7llu %8llu%s\n",
+        "%-18s %7d %5d %8.3f %10.2f %11.2f %11.2f %5.2f %10.1f  %.3f (%.3f)  %7llu %8llu%s\n",
         r.mode.c_str(), r.tenants, r.runs, r.wall_s, r.util_rollout, r.util_trainer,
         r.util_verifier, r.idle_fraction, r.samples_per_s, r.final_reward_mean,
         r.final_reward_spread, (unsigned long long)stale, (unsigned long long)r.groups_dropped,

@@ -1,8 +1,8 @@
 // Summary of `marlaas bench pipeline`: the runs of each (mode, tenant count) averaged over seeds
-// (and repeats), with the spread of the final reward over its runs (max - min of the runs' means),
-// the ratios of
-// async to sequential_sync measured in the same invocation (end-to-end speed-up, engine
-// utilisation), the targets of the issue at 32 tenants, a table and the JSON document
+// (and repeats), with the spread of the final reward over seeds (max - min of the seeds' means,
+// each seed's repeats averaged first), the ratios of async to sequential_sync measured in the
+// same invocation (end-to-end speed-up, engine utilisation), the targets of the issue at 32
+// tenants (none when either mode is missing there), a table and the JSON document
 // {"runs":[{"mode","tenants","wall_s","util_rollout","util_trainer","samples_per_s",
 // "final_reward_mean","final_reward_spread",...}], "ratios":[...], "targets":[...],
 // "measured":[...]}.
@@ -27,8 +27,8 @@ struct PipelineRow {
   double idle_fraction = 0;  // 1 - mean of the rollout and trainer utilisation
   double final_reward_mean = 0, final_reward_spread = 0;
   std::vector<double> tenant_reward_mean, tenant_reward_spread;  // per tenant over seeds
-  std::array<uint64_t, kStalenessBuckets> staleness{};
-  uint64_t groups_dropped = 0;
+  std::array<uint64_t, kStalenessBuckets> staleness{};  // groups trained, summed over its runs
+  uint64_t groups_dropped = 0;                          // summed over its runs
 };
 
 // async against sequential_sync at one tenant count.
@@ -43,7 +43,7 @@ struct PipelineRatio {
 struct PipelineSummary {
   std::vector<PipelineRow> rows;
   std::vector<PipelineRatio> ratios;
-  std::vector<Target> targets;  // at 32 tenants, when measured
+  std::vector<Target> targets;  // at 32 tenants, when both modes ran there
 };
 
 PipelineSummary SummarisePipelineRuns(const std::vector<PipelineRun>& runs);

@@ -46,13 +46,28 @@ Status SumsFromJson(const json& j, const std::string& where, const std::string& 
   out->yy = j["yy"].get<double>();
   for (int r = 0; r < CostSums::kTerms; ++r) {
     if (!xtx[r].is_array() || xtx[r].size() != CostSums::kTerms || !xty[r].is_number())
-      return Bad(where, field, "xtx must be 4x4 numbers");
+      return Bad(where, field, "xtx must be 5x5 numbers");
     out->xty[r] = xty[r].get<double>();
     for (int c = 0; c < CostSums::kTerms; ++c) {
-      if (!xtx[r][c].is_number()) return Bad(where, field, "xtx must be 4x4 numbers");
+      if (!xtx[r][c].is_number()) return Bad(where, field, "xtx must be 5x5 numbers");
       out->xtx[r][c] = xtx[r][c].get<double>();
     }
   }
+  return Status::Ok();
+}
+
+// A count: a whole number >= 0 (nlohmann converts -1 to 2^64 - 1 without a word). Absent, it is
+// `fallback` when not `required` (a field older files lack).
+Status CountField(const json& o, const char* key, bool required, uint64_t fallback,
+                  const std::string& where, const std::string& field, uint64_t* out) {
+  if (!o.contains(key)) {
+    if (required) return Bad(where, field + "." + key, "missing");
+    *out = fallback;
+    return Status::Ok();
+  }
+  if (!o[key].is_number_unsigned())
+    return Bad(where, field + "." + key, "must be a whole number >= 0, not " + o[key].dump());
+  *out = o[key].get<uint64_t>();
   return Status::Ok();
 }
 
@@ -144,35 +159,34 @@ Result<MeasuredRun> MeasuredRunFromJson(const json& j, const std::string& where)
       SumsFromJson(c.value("rollout", json()), where, "costs.rollout", &r.costs.rollout));
   MARLAAS_RETURN_IF_ERROR(
       SumsFromJson(c.value("trainer", json()), where, "costs.trainer", &r.costs.trainer));
-  try {
-    r.costs.checkpoints = c.at("checkpoints").get<uint64_t>();
-    r.costs.checkpoint_ns = c.at("checkpoint_ns").get<uint64_t>();
-    // Older files have no admission times: their admissions cost nothing in the replay.
-    r.costs.admissions = c.value("admissions", uint64_t(0));
-    r.costs.admit_ns = c.value("admit_ns", uint64_t(0));
-    r.costs.settles = c.value("settles", uint64_t(0));
-    r.costs.settle_ns = c.value("settle_ns", uint64_t(0));
-  } catch (const json::exception& e) {
-    return Bad(where, "costs.checkpoints",
-               std::string("missing or mistyped count (") + e.what() + ")");
-  }
+  RunCosts& rc = r.costs;
+  MARLAAS_RETURN_IF_ERROR(CountField(c, "checkpoints", true, 0, where, "costs", &rc.checkpoints));
+  MARLAAS_RETURN_IF_ERROR(
+      CountField(c, "checkpoint_ns", true, 0, where, "costs", &rc.checkpoint_ns));
+  // Older files have no admission times: their admissions cost nothing in the replay.
+  MARLAAS_RETURN_IF_ERROR(CountField(c, "admissions", false, 0, where, "costs", &rc.admissions));
+  MARLAAS_RETURN_IF_ERROR(CountField(c, "admit_ns", false, 0, where, "costs", &rc.admit_ns));
+  MARLAAS_RETURN_IF_ERROR(CountField(c, "settles", false, 0, where, "costs", &rc.settles));
+  MARLAAS_RETURN_IF_ERROR(CountField(c, "settle_ns", false, 0, where, "costs", &rc.settle_ns));
   if (!c.contains("tasks") || !c["tasks"].is_object())
     return Bad(where, "costs.tasks", "must be an object");
   for (auto it = c["tasks"].begin(); it != c["tasks"].end(); ++it) {
     TaskCostSums t;
     const std::string field = "costs.tasks." + it.key();
-    try {
-#define MARLAAS_FROM_JSON(f) t.f = it.value().at(#f).get<uint64_t>();
-      MARLAAS_TASK_SUM_FIELDS(MARLAAS_FROM_JSON)
+    const json& o = it.value();
+    if (!o.is_object()) return Bad(where, field, "must be an object");
+#define MARLAAS_FROM_JSON(f) \
+  MARLAAS_RETURN_IF_ERROR(CountField(o, #f, true, 0, where, field, &t.f));
+    MARLAAS_TASK_SUM_FIELDS(MARLAAS_FROM_JSON)
 #undef MARLAAS_FROM_JSON
-      // Older files have no count of shared calls: their calls are all replayed as distinct.
-      t.tool_calls_shared = it.value().value("tool_calls_shared", uint64_t(0));
-      // ... nor the split of the padded positions: their rows are bucketed by the whole.
-      t.prefix_rows_trained = it.value().value("prefix_rows_trained", uint64_t(0));
-      t.prefix_tokens_trained = it.value().value("prefix_tokens_trained", uint64_t(0));
-    } catch (const json::exception& e) {
-      return Bad(where, field, std::string("missing or mistyped count (") + e.what() + ")");
-    }
+    // Older files have no count of shared calls: their calls are all replayed as distinct ...
+    MARLAAS_RETURN_IF_ERROR(
+        CountField(o, "tool_calls_shared", false, 0, where, field, &t.tool_calls_shared));
+    // ... nor the split of the padded positions: their rows are bucketed by the whole.
+    MARLAAS_RETURN_IF_ERROR(
+        CountField(o, "prefix_rows_trained", false, 0, where, field, &t.prefix_rows_trained));
+    MARLAAS_RETURN_IF_ERROR(
+        CountField(o, "prefix_tokens_trained", false, 0, where, field, &t.prefix_tokens_trained));
     r.costs.tasks[it.key()] = t;
   }
   return r;

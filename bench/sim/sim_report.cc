@@ -171,10 +171,13 @@ std::string ProjectionTable(const std::vector<ProjectionRow>& rows) {
   return out;
 }
 
-std::string SimJson(const CostProfile& profile, const std::vector<ValidationRow>& validation,
+std::string SimJson(const CostProfile& calibrated, const CostProfile& projection_profile,
+                    const std::string& validated_on, const std::vector<ValidationRow>& validation,
                     const std::vector<ProjectionRow>& projection,
                     const std::vector<bench::Target>& targets) {
-  json doc = {{"profile", json::parse(CostProfileToJson(profile))},
+  json doc = {{"calibrated_profile", json::parse(CostProfileToJson(calibrated))},
+              {"profile", json::parse(CostProfileToJson(projection_profile))},
+              {"validated_on", validated_on},
               {"validation", json::array()},
               {"projection", json::array()},
               {"targets", json::array()}};

@@ -56,7 +56,10 @@ Result<std::vector<ProjectionRow>> Project(const SimSetup& base, const CostProfi
 
 std::string ValidationTable(const std::vector<ValidationRow>& rows);
 std::string ProjectionTable(const std::vector<ProjectionRow>& rows);
-std::string SimJson(const CostProfile& profile, const std::vector<ValidationRow>& validation,
+// "calibrated_profile" (what the validation replayed with), "profile" (what the projection
+// used: the calibrated one or --profile's), "validated_on" (which runs were replayed).
+std::string SimJson(const CostProfile& calibrated, const CostProfile& projection_profile,
+                    const std::string& validated_on, const std::vector<ValidationRow>& validation,
                     const std::vector<ProjectionRow>& projection,
                     const std::vector<bench::Target>& targets);
 

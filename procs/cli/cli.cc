@@ -29,8 +29,11 @@ const std::vector<Command>& Commands() {
       {"report", "[--state-dir DIR] [--out DIR]",
        "reward curves, utilisation timeline and a table from a service's state dir", RunReport},
       {"bench",
-       "pipeline [--tenants 1,8,32] [--steps K] [--seeds N] [--repeats R] [--json FILE] | sim "
-       "--calibrate FILE[,FILE]",
+       "pipeline [--tenants 1,8,32] [--steps K] [--seeds N] [--repeats R] [--modes M,M] "
+       "[--env-latency-ms MS] [--threads N] [--timeout-s S] [--state-dir DIR] [--model-dir DIR] "
+       "[--keep-state] [--json FILE] | sim --calibrate FILE[,FILE] [--validate FILE[,FILE]] "
+       "[--profile FILE] [--tenants N,N] [--gpus N,N] [--modes M,M] [--max-error E] "
+       "[--json FILE]",
        "sequential_sync vs multi_tenant_sync vs async on the same tenants, in one run; the "
        "scheduler's simulator calibrated from such a run",
        RunBench},
@@ -83,6 +86,19 @@ bool TakeFlag(std::vector<std::string>* args, const std::string& name, std::stri
     }
   }
   return false;
+}
+
+bool SplitList(const std::string& text, std::vector<std::string>* out) {
+  out->clear();
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? comma : comma - start);
+    if (item.empty()) return false;
+    out->push_back(item);
+    if (comma == std::string::npos) return true;
+    start = comma + 1;
+  }
 }
 
 bool TakeNumber(std::vector<std::string>* args, const char* command, const std::string& name,

@@ -41,6 +41,9 @@ int RunTasks(const std::vector<std::string>& args);
 
 // Small argument helper: removes "--name VALUE" from args; returns false if absent.
 bool TakeFlag(std::vector<std::string>* args, const std::string& name, std::string* value);
+// Splits a comma-separated list ("1,8,32") into *out; false when it is empty or has an empty item
+// ("", "8,", ",8", "1,,8").
+bool SplitList(const std::string& text, std::vector<std::string>* out);
 // Removes "--name N" and parses N into *value when present. A malformed N, or one outside
 // [lo, hi], prints "marlaas COMMAND: --name: 'N' is not a number in [lo, hi]" and returns false
 // (the caller exits with 2); an absent flag leaves *value as it was and returns true.

@@ -3,12 +3,16 @@
 // [--keep-state]`: the three
 // schedules of bench/pipeline_bench.h on the same tenants, base and seeds, in one invocation;
 // prints a table and the async / sequential_sync ratios, writes the JSON of
-// bench/pipeline_summary.h and two SVG plots next to it (FILE.wall.svg, FILE.util.svg). Exit
-// status 1 when a run did not finish or a target (at 32 tenants) was missed.
+// bench/pipeline_summary.h and two SVG plots next to it (FILE.wall.svg, FILE.util.svg). FILE's
+// folder is checked before the first run. Exit status 1 when a run failed or did not finish or a
+// target (at 32 tenants) was missed; 130 when interrupted (Ctrl-C, SIGTERM). A failed or
+// interrupted bench still prints and writes the runs it finished.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
-#include <sstream>
 
 #include "base/deadline.h"
 #include "base/file_util.h"
@@ -16,6 +20,7 @@
 #include "procs/cli/base_model.h"
 #include "procs/cli/cli.h"
 #include "procs/cli/svg_chart.h"
+#include "procs/common/pipeline.h"
 #include "shm/tenant_table.h"
 
 namespace marlaas::cli {
@@ -23,19 +28,48 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool ParseList(const std::string& text, std::vector<std::string>* out) {
-  std::stringstream ss(text);
-  for (std::string item; std::getline(ss, item, ',');) {
-    if (item.empty()) return false;
-    out->push_back(item);
+// FILE, FILE.wall.svg and FILE.util.svg.
+Status WriteOutputs(const std::string& json_path, const bench::PipelineSummary& summary,
+                    const std::vector<bench::PipelineRun>& runs,
+                    const std::vector<std::string>& modes, long long latency_ms, long long steps) {
+  MARLAAS_RETURN_IF_ERROR(WriteFileAtomically(
+      json_path, bench::PipelineJson(summary, runs, double(latency_ms), int(steps))));
+  std::vector<ChartSeries> wall, util;
+  for (const std::string& m : modes) {
+    ChartSeries w{m, {}}, u{m, {}};
+    for (const bench::PipelineRow& r : summary.rows) {
+      if (r.mode != m) continue;
+      w.points.emplace_back(r.tenants, r.wall_s);
+      u.points.emplace_back(r.tenants, (r.util_rollout + r.util_trainer) / 2);
+    }
+    wall.push_back(std::move(w));
+    util.push_back(std::move(u));
   }
-  return !out->empty();
+  MARLAAS_RETURN_IF_ERROR(WriteFileAtomically(
+      json_path + ".wall.svg",
+      LineChartSvg("time for every tenant to finish its steps", "tenants", "wall seconds", wall)));
+  return WriteFileAtomically(json_path + ".util.svg",
+                             LineChartSvg("engine utilisation (mean of rollout and trainer)",
+                                          "tenants", "busy fraction", util));
+}
+
+// Whether FILE can be written: its folder exists and is writable (checked before the runs, so
+// that hours of runs are not lost to a typo).
+Status CheckWritable(const std::string& json_path) {
+  std::string dir = fs::path(json_path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    return Status(StatusCode::kNotFound, "--json " + json_path + ": no folder " + dir);
+  if (access(dir.c_str(), W_OK) != 0)
+    return ErrnoStatus("--json " + json_path + ": cannot write in " + dir, errno);
+  return Status::Ok();
 }
 
 int BenchPipeline(std::vector<std::string> args) {
   std::string tenants_s = "1,8,32", modes_s, json_path, work_dir, model_dir;
   TakeFlag(&args, "--tenants", &tenants_s);
-  TakeFlag(&args, "--modes", &modes_s);
+  const bool modes_given = TakeFlag(&args, "--modes", &modes_s);
   TakeFlag(&args, "--json", &json_path);
   TakeFlag(&args, "--state-dir", &work_dir);
   TakeFlag(&args, "--model-dir", &model_dir);
@@ -53,7 +87,7 @@ int BenchPipeline(std::vector<std::string> args) {
   if (int rc = RejectRest("bench pipeline", args)) return rc;
   std::vector<std::string> tenant_items, modes;
   std::vector<int> tenant_counts;
-  if (!ParseList(tenants_s, &tenant_items)) {
+  if (!SplitList(tenants_s, &tenant_items)) {
     std::fprintf(stderr, "marlaas bench pipeline: --tenants takes a list like 1,8,32\n");
     return 2;
   }
@@ -67,9 +101,9 @@ int BenchPipeline(std::vector<std::string> args) {
     }
     tenant_counts.push_back(int(n));
   }
-  if (modes_s.empty()) {
+  if (!modes_given) {
     modes = bench::PipelineModes();
-  } else if (!ParseList(modes_s, &modes)) {
+  } else if (!SplitList(modes_s, &modes)) {
     std::fprintf(stderr, "marlaas bench pipeline: --modes takes a list of modes\n");
     return 2;
   }
@@ -80,6 +114,12 @@ int BenchPipeline(std::vector<std::string> args) {
                    "marlaas bench pipeline: unknown mode '%s' (sequential_sync, "
                    "multi_tenant_sync, async)\n",
                    m.c_str());
+      return 2;
+    }
+  }
+  if (!json_path.empty()) {
+    if (Status st = CheckWritable(json_path); !st.ok()) {
+      std::fprintf(stderr, "marlaas bench pipeline: %s\n", st.ToString().c_str());
       return 2;
     }
   }
@@ -102,6 +142,9 @@ int BenchPipeline(std::vector<std::string> args) {
   o.env_latency_ms = int(latency_ms);
   o.timeout_s = timeout_s;
 
+  // Ctrl-C or SIGTERM ends the current run cleanly (its stages stopped, its segments and state
+  // removed); the runs done so far are still written.
+  pipeline::InstallStopHandlers(/*stop_with_parent=*/false);
   // An unmeasured warm-up first: the first service after a build or an idle spell paid up to
   // 0.8 s more for its first training step (cold pages and caches), which alone made the first
   // measured run, sequential_sync at the smallest tenant count, 4x slower.
@@ -121,56 +164,47 @@ int BenchPipeline(std::vector<std::string> args) {
   }
   std::vector<bench::PipelineRun> runs;
   bool complete = true;
+  Status failed = Status::Ok();  // a run that failed or was interrupted ends the bench
   for (int n : tenant_counts) {
-    for (long long seed = 1; seed <= seeds; ++seed) {
+    for (long long seed = 1; seed <= seeds && failed.ok(); ++seed) {
       // Repeats of the same seed: short runs (one tenant: 0.1-0.2 s) vary by more than the
       // simulator's 15% target from one run to the next; their mean is what it is checked on.
-      for (long long rep = 0; rep < repeats; ++rep) {
+      for (long long rep = 0; rep < repeats && failed.ok(); ++rep) {
         for (const std::string& mode : modes) {
           auto run = bench::RunPipelineMode(mode, n, uint64_t(seed), o);
           if (!run.ok()) {
-            std::fprintf(stderr, "marlaas bench pipeline: %s, %d tenants, seed %lld: %s\n",
-                         mode.c_str(), n, seed, run.status().ToString().c_str());
-            return 1;
+            failed = run.status().Annotate(mode + ", " + std::to_string(n) + " tenants, seed " +
+                                           std::to_string(seed));
+            break;
           }
           complete = complete && run->complete;
           runs.push_back(std::move(*run));
         }
       }
     }
+    if (!failed.ok()) break;
   }
+  if (!failed.ok()) std::fprintf(stderr, "marlaas bench pipeline: %s\n", failed.ToString().c_str());
   const bench::PipelineSummary summary = bench::SummarisePipelineRuns(runs);
   std::printf("\n%s", bench::PipelineTable(summary).c_str());
-  const int missed = bench::PrintTargets(summary.targets, stdout);
-  if (!json_path.empty()) {
-    Status st = WriteFileAtomically(
-        json_path, bench::PipelineJson(summary, runs, double(latency_ms), int(steps)));
-    std::vector<ChartSeries> wall, util;
-    for (const std::string& m : modes) {
-      ChartSeries w{m, {}}, u{m, {}};
-      for (const bench::PipelineRow& r : summary.rows) {
-        if (r.mode != m) continue;
-        w.points.emplace_back(r.tenants, r.wall_s);
-        u.points.emplace_back(r.tenants, (r.util_rollout + r.util_trainer) / 2);
-      }
-      wall.push_back(std::move(w));
-      util.push_back(std::move(u));
-    }
-    if (st.ok())
-      st = WriteFileAtomically(json_path + ".wall.svg",
-                               LineChartSvg("time for every tenant to finish its steps", "tenants",
-                                            "wall seconds", wall));
-    if (st.ok())
-      st = WriteFileAtomically(json_path + ".util.svg",
-                               LineChartSvg("engine utilisation (mean of rollout and trainer)",
-                                            "tenants", "busy fraction", util));
-    if (!st.ok()) {
+  int missed = 0;
+  if (!summary.targets.empty()) {
+    missed = bench::PrintTargets(summary.targets, stdout);
+  } else if (failed.ok()) {
+    std::printf(
+        "\nthe 32-tenant targets were not evaluated: they need sequential_sync and async "
+        "at 32 tenants\n");
+  }
+  if (!json_path.empty() && !runs.empty()) {
+    if (Status st = WriteOutputs(json_path, summary, runs, modes, latency_ms, steps); !st.ok()) {
       std::fprintf(stderr, "marlaas bench pipeline: %s\n", st.ToString().c_str());
       return 1;
     }
-    std::printf("wrote %s (+ .wall.svg, .util.svg)\n", json_path.c_str());
+    std::printf("wrote %s (+ .wall.svg, .util.svg)%s\n", json_path.c_str(),
+                failed.ok() ? "" : ": the runs done before the failure");
   }
-  return complete && missed == 0 ? 0 : 1;
+  if (failed.code() == StatusCode::kCancelled) return 130;
+  return failed.ok() && complete && missed == 0 ? 0 : 1;
 }
 
 }  // namespace

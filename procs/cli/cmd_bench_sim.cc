@@ -1,7 +1,9 @@
-// `marlaas bench sim --calibrate FILE[,FILE...] [--profile FILE] [--tenants 32,128,256,1024]
-// [--gpus 1,8,64] [--modes sequential_sync,async] [--max-error 0.15] [--json OUT]`:
+// `marlaas bench sim --calibrate FILE[,FILE...] [--validate FILE[,FILE...]] [--profile FILE]
+// [--tenants 32,128,256,1024] [--gpus 1,8,64] [--modes sequential_sync,async] [--max-error 0.15]
+// [--json OUT]`:
 // fits the simulator's cost profile from the stage costs a `marlaas bench pipeline` run measured
-// (FILE, its "measured" runs; several files are pooled), replays every measured run in the
+// (FILE, its "measured" runs; several files are pooled), replays every measured run of the
+// --validate files (out of sample; without it, the calibration runs themselves) in the
 // simulator and prints predicted against measured wall time (the target: within --max-error at
 // every tenant count), then projects the same tenant set-up to more tenants and devices with the
 // calibrated profile, or with --profile (a cost profile JSON, e.g. measured on a GPU;
@@ -21,22 +23,62 @@ namespace {
 constexpr const char kCommand[] = "bench sim";
 
 bool ParseInts(const std::string& text, int lo, int hi, std::vector<int>* out) {
-  std::stringstream ss(text);
-  for (std::string item; std::getline(ss, item, ',');) {
+  std::vector<std::string> items;
+  if (!SplitList(text, &items)) return false;
+  for (const std::string& item : items) {
     char* end = nullptr;
     const long v = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < lo || v > hi) return false;
+    if (*end != '\0' || v < lo || v > hi) return false;
     out->push_back(int(v));
   }
-  return !out->empty();
+  return true;
+}
+
+// The measured runs of `marlaas bench pipeline --json` files, pooled; *cores is what they were
+// measured on (every file alike; 0 on entry: any).
+Result<std::vector<sim::MeasuredRun>> ReadMeasuredRuns(const std::vector<std::string>& files,
+                                                       int* cores) {
+  std::vector<sim::MeasuredRun> runs;
+  for (const std::string& file : files) {
+    MARLAAS_ASSIGN_OR_RETURN(const std::string text, ReadFile(file));
+    const nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
+    if (doc.is_discarded() || !doc.is_object() || !doc.contains("measured") ||
+        !doc["measured"].is_array() || doc["measured"].empty())
+      return Status(StatusCode::kInvalidArgument,
+                    file +
+                        ": not a `marlaas bench pipeline --json` file with measured runs "
+                        "(\"measured\": [...])");
+    int file_cores = 2;  // files from before the field: measured here, on 2 cores
+    if (doc.contains("cores")) {
+      const nlohmann::json& c = doc["cores"];
+      if (!c.is_number_unsigned() || c.get<uint64_t>() < 1 || c.get<uint64_t>() > 4096)
+        return Status(StatusCode::kInvalidArgument,
+                      file + ": cores must be a whole number in [1, 4096], not " + c.dump());
+      file_cores = int(c.get<uint64_t>());
+    }
+    if (*cores != 0 && file_cores != *cores)
+      return Status(StatusCode::kInvalidArgument,
+                    file + " was measured on " + std::to_string(file_cores) + " cores, " +
+                        files.front() + " on " + std::to_string(*cores));
+    *cores = file_cores;
+    for (size_t i = 0; i < doc["measured"].size(); ++i) {
+      MARLAAS_ASSIGN_OR_RETURN(
+          sim::MeasuredRun run,
+          sim::MeasuredRunFromJson(doc["measured"][i],
+                                   file + ": measured[" + std::to_string(i) + "]"));
+      runs.push_back(std::move(run));
+    }
+  }
+  return runs;
 }
 
 }  // namespace
 
 int RunBenchSim(std::vector<std::string> args) {
-  std::string calibrate, profile_path, json_path, tenants_s = "32,128,256,1024", gpus_s = "1,8,64",
-                                                  modes_s = "sequential_sync,async";
+  std::string calibrate, validate_s, profile_path, json_path,
+      tenants_s = "32,128,256,1024", gpus_s = "1,8,64", modes_s = "sequential_sync,async";
   TakeFlag(&args, "--calibrate", &calibrate);
+  TakeFlag(&args, "--validate", &validate_s);
   TakeFlag(&args, "--profile", &profile_path);
   TakeFlag(&args, "--json", &json_path);
   TakeFlag(&args, "--tenants", &tenants_s);
@@ -46,7 +88,7 @@ int RunBenchSim(std::vector<std::string> args) {
   if (!TakeNumber(&args, kCommand, "--max-error", 0, 10, &max_error)) return 2;
   if (int rc = RejectRest(kCommand, args)) return rc;
   std::vector<int> tenants, gpus;
-  std::vector<std::string> modes;
+  std::vector<std::string> modes, files, validate_files;
   if (calibrate.empty()) {
     std::fprintf(stderr,
                  "marlaas bench sim: --calibrate FILE (a `marlaas bench pipeline --json` "
@@ -57,63 +99,49 @@ int RunBenchSim(std::vector<std::string> args) {
     std::fprintf(stderr, "marlaas bench sim: --tenants and --gpus take lists like 32,128\n");
     return 2;
   }
-  {
-    std::stringstream ss(modes_s);
-    for (std::string m; std::getline(ss, m, ',');) {
-      if (m != "sequential_sync" && m != "multi_tenant_sync" && m != "async") {
-        std::fprintf(stderr, "marlaas bench sim: --modes: unknown mode '%s'\n", m.c_str());
-        return 2;
-      }
-      modes.push_back(m);
+  if (!SplitList(modes_s, &modes)) {
+    std::fprintf(stderr, "marlaas bench sim: --modes takes a list like sequential_sync,async\n");
+    return 2;
+  }
+  for (const std::string& m : modes) {
+    if (m != "sequential_sync" && m != "multi_tenant_sync" && m != "async") {
+      std::fprintf(stderr, "marlaas bench sim: --modes: unknown mode '%s'\n", m.c_str());
+      return 2;
     }
   }
   // Several files (comma-separated) are pooled: e.g. a run at 1, 8 and 32 tenants and repeats of
   // its short 1-tenant runs. They must come from machines with the same number of cores.
-  std::vector<std::string> files;
-  {
-    std::stringstream ss(calibrate);
-    for (std::string f; std::getline(ss, f, ',');) files.push_back(f);
+  if (!SplitList(calibrate, &files) ||
+      (!validate_s.empty() && !SplitList(validate_s, &validate_files))) {
+    std::fprintf(stderr, "marlaas bench sim: --calibrate and --validate take FILE[,FILE...]\n");
+    return 2;
   }
-  std::vector<sim::MeasuredRun> runs;
   int cores = 0;
-  for (const std::string& file : files) {
-    auto text = ReadFile(file);
-    if (!text.ok()) {
-      std::fprintf(stderr, "marlaas bench sim: %s\n", text.status().ToString().c_str());
+  auto calibration_runs = ReadMeasuredRuns(files, &cores);
+  if (!calibration_runs.ok()) {
+    std::fprintf(stderr, "marlaas bench sim: %s\n", calibration_runs.status().message().c_str());
+    return 1;
+  }
+  std::vector<sim::MeasuredRun>& runs = *calibration_runs;
+  // Out of sample with --validate: the profile fitted on --calibrate's runs predicts others'
+  // (each replayed with its own workload: tokens, tool calls, verifier time). Without it, the
+  // calibration runs are replayed: how well the fit matches what it was fitted on.
+  std::vector<sim::MeasuredRun> validate_runs = runs;
+  if (!validate_files.empty()) {
+    int validate_cores = cores;
+    auto v = ReadMeasuredRuns(validate_files, &validate_cores);
+    if (!v.ok()) {
+      std::fprintf(stderr, "marlaas bench sim: %s\n", v.status().message().c_str());
       return 1;
     }
-    const nlohmann::json doc = nlohmann::json::parse(*text, nullptr, false);
-    if (doc.is_discarded() || !doc.is_object() || !doc.contains("measured") ||
-        !doc["measured"].is_array() || doc["measured"].empty()) {
-      std::fprintf(stderr,
-                   "marlaas bench sim: %s: not a `marlaas bench pipeline --json` file with "
-                   "measured runs (\"measured\": [...])\n",
-                   file.c_str());
-      return 1;
-    }
-    const int file_cores = doc.value("cores", 2);
-    if (cores != 0 && file_cores != cores) {
-      std::fprintf(stderr, "marlaas bench sim: %s was measured on %d cores, %s on %d\n",
-                   file.c_str(), file_cores, files.front().c_str(), cores);
-      return 1;
-    }
-    cores = file_cores;
-    for (size_t i = 0; i < doc["measured"].size(); ++i) {
-      auto run = sim::MeasuredRunFromJson(doc["measured"][i],
-                                          file + ": measured[" + std::to_string(i) + "]");
-      if (!run.ok()) {
-        std::fprintf(stderr, "marlaas bench sim: %s\n", run.status().message().c_str());
-        return 1;
-      }
-      runs.push_back(std::move(*run));
-    }
+    validate_runs = std::move(*v);
   }
   auto calibrated = sim::CalibrateProfile(runs, cores, "calibrated from " + calibrate);
   if (!calibrated.ok()) {
     std::fprintf(stderr, "marlaas bench sim: %s\n", calibrated.status().message().c_str());
     return 1;
   }
-  auto validation = sim::Validate(runs, *calibrated);
+  auto validation = sim::Validate(validate_runs, *calibrated);
   if (!validation.ok()) {
     std::fprintf(stderr, "marlaas bench sim: %s\n", validation.status().ToString().c_str());
     return 1;
@@ -161,7 +189,10 @@ int RunBenchSim(std::vector<std::string> args) {
           "simulator shares at most that)\n",
           "", 100 * reproducible);
   }
-  std::printf("\nvalidation: the measured runs replayed in the simulator\n%s",
+  const std::string validated_on = validate_files.empty()
+                                       ? "the calibration runs (in sample)"
+                                       : "runs not used in the calibration: " + validate_s;
+  std::printf("\nvalidation: %s, replayed in the simulator\n%s", validated_on.c_str(),
               sim::ValidationTable(*validation).c_str());
   sim::SimSetup base = sim::SetupOf(runs.front());
   auto projection = sim::Project(base, projection_profile, tenants, gpus, modes);
@@ -175,8 +206,9 @@ int RunBenchSim(std::vector<std::string> args) {
   std::printf("\n");
   const int missed = bench::PrintTargets(targets, stdout);
   if (!json_path.empty()) {
-    Status st = WriteFileAtomically(
-        json_path, sim::SimJson(projection_profile, *validation, *projection, targets));
+    Status st =
+        WriteFileAtomically(json_path, sim::SimJson(*calibrated, projection_profile, validated_on,
+                                                    *validation, *projection, targets));
     std::vector<ChartSeries> series;
     for (int g : gpus) {
       for (const std::string& m : modes) {

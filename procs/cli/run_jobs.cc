@@ -35,7 +35,7 @@ Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
     Status st = service->Admit(job);
     if (!st.ok()) return st.Annotate("admitting tenant '" + job.tenant() + "'");
   }
-  pipeline::InstallStopHandlers();  // Ctrl-C stops the run cleanly
+  pipeline::InstallStopHandlers(/*stop_with_parent=*/false);  // Ctrl-C stops the run cleanly
   std::optional<serve::Tokens> tokens;
   std::optional<serve::ControlServer> control;
   std::optional<serve::ControlHandler> handler;

@@ -195,12 +195,13 @@ Status ParseRecord(const RecordView& record, google::protobuf::MessageLite* msg,
   return Status::Ok();
 }
 
-void InstallStopHandlers() {
+void InstallStopHandlers(bool stop_with_parent) {
   struct sigaction sa = {};
   sa.sa_handler = OnStopSignal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  if (!stop_with_parent) return;
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() == 1) g_stop.store(true);  // the supervisor is already gone
 }

@@ -106,9 +106,10 @@ bool FitGroupToRing(pb::TrajectoryGroup* group, uint32_t max_record_bytes);
 Status ParseRecord(const RecordView& record, google::protobuf::MessageLite* msg,
                    const std::string& ring);
 
-// The calling stage's stop flag, set by SIGTERM/SIGINT (InstallStopHandlers) or when the
-// supervisor dies (the stage also asks the kernel for SIGTERM on parent death).
-void InstallStopHandlers();
+// The calling process's stop flag, set by SIGTERM/SIGINT (InstallStopHandlers) or, with
+// `stop_with_parent` (a stage), when its supervisor dies: the kernel sends SIGTERM on parent
+// death. serve and bench run on without the shell that started them.
+void InstallStopHandlers(bool stop_with_parent = true);
 bool StopRequested();
 void RequestStop();
 

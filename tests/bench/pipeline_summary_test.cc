@@ -83,5 +83,28 @@ TEST(PipelineSummaryTest, AQualityGapBeyondTheSpreadAndMissedTargetsShow) {
   for (const Target& t : s.targets) EXPECT_FALSE(t.met()) << t.name;
 }
 
+// The reward spread is over seeds: repeats of a seed are averaged first, so more repeats do not
+// widen it (and with them the quality check). An engine never seen busy misses the targets.
+TEST(PipelineSummaryTest, TheRewardSpreadIsOverSeedMeansAndAnIdleBaselineMissesTheTargets) {
+  const std::vector<PipelineRun> runs = {MakeRun("sequential_sync", 32, 1, 100, 0.0, 0.40),
+                                         MakeRun("sequential_sync", 32, 1, 100, 0.0, 0.60),
+                                         MakeRun("sequential_sync", 32, 2, 100, 0.0, 0.52),
+                                         MakeRun("async", 32, 1, 10, 0.5, 0.50)};
+  const PipelineSummary s = SummarisePipelineRuns(runs);
+  ASSERT_EQ(s.rows.size(), 2u);
+  const PipelineRow& seq = s.rows[0];
+  ASSERT_EQ(seq.mode, "sequential_sync");
+  EXPECT_EQ(seq.runs, 3);
+  EXPECT_NEAR(seq.final_reward_spread, 0.02, 1e-12);  // seed means 0.50 and 0.52, not 0.40-0.60
+  ASSERT_EQ(seq.tenant_reward_spread.size(), 32u);
+  EXPECT_NEAR(seq.tenant_reward_spread[5], 0.02, 1e-12);
+  EXPECT_NEAR(seq.final_reward_mean, 1.52 / 3, 1e-12);  // the mean of its runs
+  ASSERT_EQ(s.ratios.size(), 1u);
+  EXPECT_EQ(s.ratios[0].util_ratio, 0.0);
+  ASSERT_EQ(s.targets.size(), 3u);
+  EXPECT_TRUE(s.targets[0].met());   // 10x sooner
+  EXPECT_FALSE(s.targets[1].met());  // no utilisation ratio: missed, not left out
+}
+
 }  // namespace
 }  // namespace marlaas::bench

@@ -546,6 +546,31 @@ TEST(SimMeasuredRunTest, RoundTripsThroughJsonAndCalibratesTheTasks) {
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("costs.trainer.weights"), std::string::npos)
       << refused.status().ToString();
+  // A count must be a whole number >= 0: a negative one (nlohmann would turn -1 into 2^64 - 1)
+  // or a mistyped one is refused by name, missing ones where they are required.
+  for (const char* where : {"admissions", "tasks.calculator_tool.tool_ns", "checkpoints"}) {
+    for (const nlohmann::json& value :
+         {nlohmann::json(-1), nlohmann::json("7"), nlohmann::json(1.5), nlohmann::json()}) {
+      nlohmann::json bent = MeasuredRunToJson(m);
+      nlohmann::json& c = bent["costs"];
+      nlohmann::json& o =
+          std::string(where).rfind("tasks.", 0) == 0 ? c["tasks"]["calculator_tool"] : c;
+      const std::string key = std::string(where).substr(std::string(where).rfind('.') + 1);
+      if (value.is_null()) {
+        o.erase(key);
+      } else {
+        o[key] = value;
+      }
+      auto r = MeasuredRunFromJson(bent, "run 5");
+      if (value.is_null() && key == "admissions") {  // optional: older files lack it
+        EXPECT_TRUE(r.ok()) << r.status().ToString();
+        continue;
+      }
+      ASSERT_FALSE(r.ok()) << where << " = " << value.dump();
+      EXPECT_NE(r.status().message().find(key), std::string::npos) << r.status().ToString();
+      EXPECT_NE(r.status().message().find("run 5"), std::string::npos);
+    }
+  }
   nlohmann::json broken = MeasuredRunToJson(m);
   broken.erase("steps");
   auto bad = MeasuredRunFromJson(broken, "run 7");

@@ -384,5 +384,42 @@ TEST(CommandLineTest, NumericFlagsAreCheckedAndNamed) {
   }
 }
 
+// A bench's lists and its output file are checked before the first run (an hour of runs is not
+// lost to a typo): "8," or an empty --modes is refused, as is --json into a missing folder; a
+// sim file with a mistyped core count is named.
+TEST(CliNumbersTest, BenchListsAndOutputAreCheckedBeforeAnyRun) {
+  std::vector<std::string> items;
+  EXPECT_TRUE(cli::SplitList("1,8,32", &items));
+  EXPECT_EQ(items, (std::vector<std::string>{"1", "8", "32"}));
+  for (const char* bad : {"", "8,", ",8", "1,,8", ","})
+    EXPECT_FALSE(cli::SplitList(bad, &items)) << bad;
+  const struct {
+    std::vector<std::string> args;
+    int rc;
+    const char* named;
+  } kBad[] = {
+      {{"pipeline", "--tenants", "8,"}, 2, "--tenants"},
+      {{"pipeline", "--modes", ""}, 2, "--modes"},
+      {{"pipeline", "--tenants", "1", "--json", "/nonexistent-marlaas/p.json"}, 2, "no folder"},
+      {{"sim", "--calibrate", "p.json", "--tenants", "8,"}, 2, "--tenants"},
+      {{"sim", "--calibrate", "p.json", "--modes", "async,"}, 2, "--modes"},
+      {{"sim", "--calibrate", "p.json,"}, 2, "--calibrate"}};
+  for (const auto& b : kBad) {
+    ::testing::internal::CaptureStderr();
+    ::testing::internal::CaptureStdout();
+    EXPECT_EQ(cli::RunBench(b.args), b.rc) << b.named;
+    (void)::testing::internal::GetCapturedStdout();
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find(b.named), std::string::npos) << err;
+  }
+  const std::string file = "/tmp/marlaas-bench-cores-" + std::to_string(getpid()) + ".json";
+  ASSERT_TRUE(WriteFileAtomically(file, R"({"cores": "two", "measured": [{}]})").ok());
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli::RunBench({"sim", "--calibrate", file}), 1);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("cores must be a whole number"), std::string::npos) << err;
+  std::remove(file.c_str());
+}
+
 }  // namespace
 }  // namespace marlaas::serve
