@@ -1,5 +1,6 @@
 #include "tests/test_util.h"
 
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 
@@ -7,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "shm/stale_segments.h"
@@ -44,16 +46,40 @@ pid_t ForkChild(const std::function<int()>& body) {
   return pid;
 }
 
-ChildExit WaitChild(pid_t pid) {
-  int status = 0;
+namespace {
+
+ChildExit ExitOf(int status) {
   ChildExit out;
-  if (::waitpid(pid, &status, 0) != pid) return out;
   if (WIFEXITED(status)) {
     out.exited = true;
     out.code = WEXITSTATUS(status);
   } else if (WIFSIGNALED(status)) {
     out.signal = WTERMSIG(status);
   }
+  return out;
+}
+
+}  // namespace
+
+ChildExit WaitChild(pid_t pid) {
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return ChildExit{};
+  return ExitOf(status);
+}
+
+ChildExit WaitChildFor(pid_t pid, double seconds) {
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(seconds * 1000));
+  for (;;) {
+    int status = 0;
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return ExitOf(status);
+    if (r < 0) return ChildExit{};
+    if (std::chrono::steady_clock::now() > until) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ChildExit out = KillChild(pid);
+  out.timed_out = true;
   return out;
 }
 
@@ -112,6 +138,39 @@ bool WaitForFlag(const std::atomic<int>& flag, int seconds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return true;
+}
+
+ScopedTempDir::ScopedTempDir(const std::string& tag) : path_(::testing::TempDir()) {
+  if (!path_.empty() && path_.back() == '/') path_.pop_back();
+  path_ += "/marlaas-" + tag + "-" + UniqueInstance();
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+  std::filesystem::create_directories(path_, ec);
+}
+
+ScopedTempDir::~ScopedTempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {
+  if (const char* old = std::getenv(name)) {
+    had_ = true;
+    old_ = old;
+  }
+  if (value != nullptr) {
+    ::setenv(name, value, 1);
+  } else {
+    ::unsetenv(name);
+  }
+}
+
+ScopedEnv::~ScopedEnv() {
+  if (had_) {
+    ::setenv(name_.c_str(), old_.c_str(), 1);
+  } else {
+    ::unsetenv(name_.c_str());
+  }
 }
 
 ChildGuard::~ChildGuard() {

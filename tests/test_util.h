@@ -11,6 +11,7 @@
 #include <functional>
 #include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace marlaas::testing {
@@ -33,11 +34,14 @@ class ScopedInstance {
 pid_t ForkChild(const std::function<int()>& body);
 
 struct ChildExit {
-  bool exited = false;  // normal exit
-  int code = -1;        // exit code if exited
-  int signal = 0;       // terminating signal otherwise
+  bool exited = false;     // normal exit
+  int code = -1;           // exit code if exited
+  int signal = 0;          // terminating signal otherwise
+  bool timed_out = false;  // WaitChildFor: it did not exit in time and was killed
 };
 ChildExit WaitChild(pid_t pid);
+// Waits at most `seconds` for `pid` to exit; past that SIGKILLs and reaps it, with `timed_out`.
+ChildExit WaitChildFor(pid_t pid, double seconds);
 // SIGKILL and reap.
 ChildExit KillChild(pid_t pid);
 
@@ -72,6 +76,49 @@ class ChildGuard {
  private:
   void Release(pid_t pid);
   std::vector<pid_t> pids_;
+};
+
+// Runs `f` when it goes out of scope, a failed ASSERT's early return included.
+class ScopeExit {
+ public:
+  explicit ScopeExit(std::function<void()> f) : f_(std::move(f)) {}
+  ScopeExit(const ScopeExit&) = delete;
+  ScopeExit& operator=(const ScopeExit&) = delete;
+  ~ScopeExit() {
+    if (f_) f_();
+  }
+
+ private:
+  std::function<void()> f_;
+};
+
+// A fresh directory, unique to this process and call, under the test temp dir
+// (::testing::TempDir()); removed with everything in it when it goes out of scope.
+class ScopedTempDir {
+ public:
+  explicit ScopedTempDir(const std::string& tag = "dir");
+  ScopedTempDir(const ScopedTempDir&) = delete;
+  ScopedTempDir& operator=(const ScopedTempDir&) = delete;
+  ~ScopedTempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Sets (or with `value` null, unsets) an environment variable, and puts back what it was when it
+// goes out of scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value);
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  ~ScopedEnv();
+
+ private:
+  std::string name_;
+  bool had_ = false;
+  std::string old_;
 };
 
 // Deterministic pseudo-random bytes for record `seq` (splitmix64 stream).

@@ -236,7 +236,8 @@ TEST(SimulatorTest, ATrainingStepPadsTenantsOfSimilarLengthToTheLongest) {
   auto busy = [&](std::vector<std::string> tasks) {
     s.tasks = std::move(tasks);
     auto r = Simulate(s, p);
-    EXPECT_TRUE(r.ok() && r->complete);
+    EXPECT_TRUE(r.ok() && r->complete) << r.status().ToString();
+    if (!r.ok()) return -1.0;
     EXPECT_EQ(r->train_steps, 1u);
     return r->util_trainer * r->wall_s;
   };
@@ -421,7 +422,8 @@ TEST(SimulatorTest, TheSimulatedShareOfToolCallsIsTheMeasuredOneUpToWhatCanBeRep
   auto share_of = [&](double measured) {
     t.shared_tool_calls = measured;
     auto r = Simulate(s, p);
-    EXPECT_TRUE(r.ok() && r->complete);
+    EXPECT_TRUE(r.ok() && r->complete) << r.status().ToString();
+    if (!r.ok()) return -1.0;
     EXPECT_GT(r->tool_calls, 1400u);
     return double(r->tool_calls_shared) / double(r->tool_calls);
   };

@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/logprob_cuda.h"
@@ -32,7 +34,9 @@ namespace {
 class DeviceBuffer {
  public:
   DeviceBuffer(DType dtype, size_t n) : dtype_(dtype), bytes_(n * size_t(DTypeBytes(dtype))) {
-    EXPECT_EQ(cudaMalloc(&ptr_, bytes_ == 0 ? 1 : bytes_), cudaSuccess);
+    // A constructor cannot ASSERT: the exception fails the test before the kernels use the buffer.
+    if (cudaMalloc(&ptr_, bytes_ == 0 ? 1 : bytes_) != cudaSuccess)
+      throw std::runtime_error("cudaMalloc of " + std::to_string(bytes_) + " bytes failed");
   }
   ~DeviceBuffer() { cudaFree(ptr_); }
   DeviceBuffer(const DeviceBuffer&) = delete;

@@ -99,6 +99,7 @@ ModelConfig Config() {
 std::shared_ptr<const LoraAdapter> RandomAdapter(const BaseWeights& w, uint32_t rank,
                                                  uint64_t seed) {
   auto a = LoraAdapter::Create(w, rank, 2.0f * float(rank), (1u << kNumLoraTargets) - 1, seed);
+  TORCH_CHECK(a.ok(), a.status().ToString());  // throws: the test fails, nothing dereferenced
   torch::NoGradGuard no_grad;
   auto gen = at::detail::createCPUGenerator(seed);
   a->flat().normal_(0, 0.05, gen);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +30,7 @@
 #include "proto/job_spec.h"
 #include "tests/procs/pipeline_fixture.h"
 #include "tests/procs/run_marlaas.h"
+#include "tests/test_util.h"
 
 namespace marlaas::testing {
 namespace {
@@ -75,6 +77,8 @@ pb::ControlRequest Logs(const std::string& tenant) {
 // GET /metrics from 127.0.0.1:port; the whole response.
 std::string Scrape(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const timeval limit{20, 0};  // a server that stopped serving fails the scrape, not hangs it
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(uint16_t(port));
@@ -108,55 +112,64 @@ TEST_F(PipelineTest, SubmitStatusStopAndExportOverTheControlSocketWhileOthersTra
   auto expect = [&](bool ok, const std::string& what) {
     if (!ok) failures.push_back(what);
   };
+  // Once the test gave up waiting (`done` set by it), the client calls nothing more, so that the
+  // join is bounded by the one call in flight.
+  auto call = [&](const std::string& token, pb::ControlRequest r) {
+    if (done) {
+      pb::ControlReply gave_up;
+      gave_up.set_error("the test gave up waiting");
+      return gave_up;
+    }
+    return Call(dir, token, std::move(r));
+  };
   std::thread client([&] {
     pb::JobSpec a = SmallJob("alpha", "countdown", 12, 31),
                 b = SmallJob("beta", "arithmetic", 400, 32);
-    const pb::ControlReply ra = Call(dir, "", Submit(a)), rb = Call(dir, "", Submit(b));
+    const pb::ControlReply ra = call("", Submit(a)), rb = call("", Submit(b));
     expect(ra.ok() && ra.submit().token().size() == 32, "submit alpha: " + ra.error());
     expect(rb.ok(), "submit beta: " + rb.error());
     const std::string ta = ra.submit().token(), tb = rb.submit().token();
-    const pb::ControlReply again = Call(dir, "", Submit(a));
+    const pb::ControlReply again = call("", Submit(a));
     expect(!again.ok() && again.error().find("already") != std::string::npos,
            "a second alpha was admitted: " + again.error());
     pb::JobSpec bad = a;
     bad.set_tenant("gamma");
     bad.set_group_size(0);
-    const pb::ControlReply rbad = Call(dir, "", Submit(bad));
+    const pb::ControlReply rbad = call("", Submit(bad));
     expect(!rbad.ok() && rbad.error().find("group_size") != std::string::npos,
            "an invalid spec was admitted or not named: " + rbad.error());
     // Alpha trains while beta does.
-    for (int i = 0; i < 300; ++i) {
-      const pb::ControlReply s = Call(dir, ta, StatusOf("alpha"));
+    for (int i = 0; i < 300 && !done; ++i) {
+      const pb::ControlReply s = call(ta, StatusOf("alpha"));
       if (s.ok() && s.status().tenants(0).step() >= 3) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     // Tokens: each sees only its own tenant; the other's commands are refused.
-    const pb::ControlReply mine = Call(dir, ta, pb::ControlRequest(StatusOf("")));
+    const pb::ControlReply mine = call(ta, pb::ControlRequest(StatusOf("")));
     expect(
         mine.ok() && mine.status().tenants_size() == 1 && mine.status().tenants(0).id() == "alpha",
         "alpha's token does not see exactly alpha");
-    expect(!Call(dir, ta, StatusOf("beta")).ok(), "alpha's token saw beta");
-    expect(!Call(dir, ta, Stop("beta")).ok(), "alpha's token stopped beta");
-    expect(!Call(dir, ta, Logs("beta")).ok(), "alpha's token read beta's logs");
-    expect(!Call(dir, ta, Export("beta", export_dir + "-beta")).ok(),
-           "alpha's token exported beta");
-    expect(!Call(dir, "", StatusOf("alpha")).ok(), "no token saw alpha");
-    const pb::ControlReply all = Call(dir, tokens->admin(), StatusOf(""));
+    expect(!call(ta, StatusOf("beta")).ok(), "alpha's token saw beta");
+    expect(!call(ta, Stop("beta")).ok(), "alpha's token stopped beta");
+    expect(!call(ta, Logs("beta")).ok(), "alpha's token read beta's logs");
+    expect(!call(ta, Export("beta", export_dir + "-beta")).ok(), "alpha's token exported beta");
+    expect(!call("", StatusOf("alpha")).ok(), "no token saw alpha");
+    const pb::ControlReply all = call(tokens->admin(), StatusOf(""));
     expect(all.ok() && all.status().tenants_size() == 2, "the admin does not see both");
     // Beta is stopped by its owner while alpha goes on.
-    const pb::ControlReply stopped = Call(dir, tb, Stop("beta"));
+    const pb::ControlReply stopped = call(tb, Stop("beta"));
     expect(stopped.ok(), "stop beta: " + stopped.error());
-    const pb::ControlReply sb = Call(dir, tb, StatusOf("beta"));
+    const pb::ControlReply sb = call(tb, StatusOf("beta"));
     expect(sb.ok() && sb.status().tenants(0).state() == "stopped", "beta is not stopped");
-    for (int i = 0; i < 600; ++i) {
-      const pb::ControlReply s = Call(dir, ta, StatusOf("alpha"));
+    for (int i = 0; i < 600 && !done; ++i) {
+      const pb::ControlReply s = call(ta, StatusOf("alpha"));
       if (s.ok() && s.status().tenants(0).state() == "finished") break;
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
-    scraped = Scrape(http->port());
-    const pb::ControlReply logs = Call(dir, ta, Logs("alpha"));
+    if (!done) scraped = Scrape(http->port());
+    const pb::ControlReply logs = call(ta, Logs("alpha"));
     expect(logs.ok() && logs.logs().lines_size() > 0, "alpha's logs are empty: " + logs.error());
-    const pb::ControlReply ex = Call(dir, ta, Export("alpha", export_dir));
+    const pb::ControlReply ex = call(ta, Export("alpha", export_dir));
     expect(ex.ok(), "export alpha: " + ex.error());
     done = true;
   });
@@ -350,13 +363,17 @@ TEST_F(PipelineTest, ASettledTenantsRowAndAdapterSlotGoToTheNextTenant) {
   EXPECT_FALSE(call(first.submit().token(), StatusOf("second")).ok());
 }
 
-// `marlaas serve` on the test's state dir as a process of its own; returns its pid.
+// `marlaas serve` on the test's state dir as a process of its own; returns its pid. It dies with
+// the test process (its stages follow it).
 pid_t StartServeProcess(const std::string& state_dir) {
   const std::string bin = std::string(MARLAAS_BIN_DIR) + "/marlaas",
                     log = state_dir + "/serve-" + std::to_string(::time(nullptr)) + ".log",
                     model = TestBaseModel();
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(113);
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     ::dup2(fd, 1);
     ::dup2(fd, 2);
@@ -373,7 +390,10 @@ pb::TenantStatus WaitForStatus(const std::string& dir, const std::string& token,
                                const std::function<bool(const pb::TenantStatus&)>& ok,
                                double timeout_s) {
   pb::TenantStatus last;
-  for (int i = 0; i < int(timeout_s * 5); ++i) {
+  // A deadline, not a count of calls: a wedged serve makes each call wait out its own timeout.
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(timeout_s * 1000));
+  while (std::chrono::steady_clock::now() < until) {
     const pb::ControlReply r = Call(dir, token, StatusOf(tenant));
     if (r.ok() && r.status().tenants_size() == 1) {
       last = r.status().tenants(0);
@@ -411,6 +431,10 @@ TEST_F(PipelineTest, ServeSaysWhenItStopsAtItsTimeLimit) {
 // every unfinished tenant from its last checkpoint, with its token, to the end.
 TEST_F(PipelineTest, KillNineOfServeThenRestartResumesEveryTenant) {
   pid_t serve = StartServeProcess(state_dir_);
+  // A failed ASSERT leaves no serve (nor its stages) running; -1 once it has been reaped.
+  const ScopeExit kill_serve([&serve] {
+    if (serve > 0) KillChild(serve);
+  });
   const std::vector<std::string> ids = {"uno", "dos"};
   std::map<std::string, std::string> token;
   for (const std::string& id : ids) {
@@ -439,7 +463,9 @@ TEST_F(PipelineTest, KillNineOfServeThenRestartResumesEveryTenant) {
     ASSERT_GE(s.step(), 7u) << id << " did not train";
   }
   ASSERT_EQ(::kill(serve, SIGKILL), 0);
-  ASSERT_EQ(::waitpid(serve, nullptr, 0), serve);
+  const ChildExit killed = WaitChildFor(serve, 30);
+  serve = -1;
+  ASSERT_FALSE(killed.timed_out) << "serve outlived SIGKILL by 30 s";
   std::map<std::string, size_t> drops_at_kill;
   auto drops = [&](const std::string& id) {
     std::ifstream f(TenantDir(id) + "/trainer.log");
@@ -466,7 +492,9 @@ TEST_F(PipelineTest, KillNineOfServeThenRestartResumesEveryTenant) {
   EXPECT_EQ(after.state(), "finished");
   EXPECT_EQ(after.step(), 3u);
   ::kill(serve, SIGTERM);
-  ::waitpid(serve, nullptr, 0);
+  const ChildExit stopped = WaitChildFor(serve, 60);
+  serve = -1;
+  EXPECT_FALSE(stopped.timed_out) << "serve did not stop within 60 s of SIGTERM (killed)";
   for (const std::string& id : ids) {
     // The resumed rollout paces from the trainer's count of retired groups: at most one
     // staleness window of groups goes stale. (It used to count its commits from 0, below the

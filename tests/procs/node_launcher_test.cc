@@ -12,6 +12,7 @@
 
 #include "procs/common/pipeline.h"
 #include "procs/serve/stage_gpus.h"
+#include "tests/test_util.h"
 
 namespace marlaas::serve {
 namespace {
@@ -38,13 +39,15 @@ class FakeHost {
   }
   ~FakeHost() { std::system(("rm -rf " + dir_).c_str()); }
 
-  // Runs launch/marlaas-node with `args` and only this folder and the system's on PATH.
+  // Runs launch/marlaas-node with `args` and only this folder and the system's on PATH; killed
+  // past 300 s (status 124 or 137), so that a launcher that hangs fails the test.
   LaunchResult Launch(const std::string& args) const {
-    const std::string cmd = "env -i PATH=" + dir_ +
+    const std::string cmd = "timeout -k 5 300 env -i PATH=" + dir_ +
                             ":/usr/bin:/bin " MARLAAS_SOURCE_DIR "/launch/marlaas-node " + args +
                             " 2>&1";
     LaunchResult r;
     FILE* p = popen(cmd.c_str(), "r");
+    if (p == nullptr) return r;
     char buf[4096];
     for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) r.out.append(buf, n);
     const int st = pclose(p);
@@ -59,6 +62,14 @@ class FakeHost {
 bool Has(const LaunchResult& r, const std::string& line) {
   return r.out.find(line) != std::string::npos;
 }
+
+// The stages' GPU variables unset, and put back as they were at the end of the test (a failed
+// ASSERT included), so that no test's settings reach the next.
+struct StageGpuVariablesUnset {
+  marlaas::testing::ScopedEnv trainer{"MARLAAS_TRAINER_GPUS", nullptr};
+  marlaas::testing::ScopedEnv verifier{"MARLAAS_VERIFIER_GPUS", nullptr};
+  marlaas::testing::ScopedEnv rollout{"MARLAAS_ROLLOUT_GPUS", nullptr};
+};
 
 TEST(NodeLauncherTest, EightGpusSplitTwoTrainersAndSixRolloutsAndStartNothingOnADryRun) {
   FakeHost host(8);
@@ -110,8 +121,8 @@ TEST(NodeLauncherTest, BadPlansAreRefusedByName) {
 }
 
 TEST(StageGpusTest, EachRoleSeesItsOwnGpusAndBadListsAreNamed) {
+  const StageGpuVariablesUnset unset;
   EXPECT_EQ(StageGpusVariable("rollout"), "MARLAAS_ROLLOUT_GPUS");
-  unsetenv("MARLAAS_TRAINER_GPUS");
   auto inherit = StageVisibleDevices("trainer");
   ASSERT_TRUE(inherit.ok());
   EXPECT_FALSE(inherit->has_value());
@@ -127,14 +138,10 @@ TEST(StageGpusTest, EachRoleSeesItsOwnGpusAndBadListsAreNamed) {
   auto bad = StageVisibleDevices("rollout");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("MARLAAS_ROLLOUT_GPUS"), std::string::npos);
-  unsetenv("MARLAAS_TRAINER_GPUS");
-  unsetenv("MARLAAS_VERIFIER_GPUS");
-  unsetenv("MARLAAS_ROLLOUT_GPUS");
 }
 
 TEST(StageGpusTest, AdaptersCrossByCudaIpcOnlyWhenTrainerAndRolloutShareTheirGpus) {
-  unsetenv("MARLAAS_TRAINER_GPUS");
-  unsetenv("MARLAAS_ROLLOUT_GPUS");
+  const StageGpuVariablesUnset unset;
   EXPECT_TRUE(*TrainerAndRolloutShareGpus());  // both inherit serve's
   setenv("MARLAAS_TRAINER_GPUS", "0", 1);
   setenv("MARLAAS_ROLLOUT_GPUS", "0", 1);
@@ -146,12 +153,10 @@ TEST(StageGpusTest, AdaptersCrossByCudaIpcOnlyWhenTrainerAndRolloutShareTheirGpu
   EXPECT_FALSE(*TrainerAndRolloutShareGpus());  // no GPU at all
   setenv("MARLAAS_ROLLOUT_GPUS", "x", 1);
   EXPECT_FALSE(TrainerAndRolloutShareGpus().ok());
-  unsetenv("MARLAAS_TRAINER_GPUS");
-  unsetenv("MARLAAS_ROLLOUT_GPUS");
 }
 
 TEST(StageGpusTest, EachRolloutReplicaSeesOneGpuOfTheRolloutList) {
-  unsetenv("MARLAAS_ROLLOUT_GPUS");
+  const StageGpuVariablesUnset unset;
   EXPECT_FALSE(ReplicaVisibleDevices(1, 2)->has_value());  // no list: inherit
   setenv("MARLAAS_ROLLOUT_GPUS", "2,3,5", 1);
   EXPECT_EQ(ReplicaVisibleDevices(0, 1)->value(), "2,3,5");  // one replica: the whole list
@@ -169,8 +174,6 @@ TEST(StageGpusTest, EachRolloutReplicaSeesOneGpuOfTheRolloutList) {
   setenv("MARLAAS_TRAINER_GPUS", "0,1", 1);
   setenv("MARLAAS_ROLLOUT_GPUS", "2,3,4", 1);
   EXPECT_EQ(*ReplicasOffTrainerGpus(3), std::vector<bool>({true, true, true}));
-  unsetenv("MARLAAS_TRAINER_GPUS");
-  unsetenv("MARLAAS_ROLLOUT_GPUS");
 }
 
 TEST(StageArgsTest, ReplicasTravelOnTheStageCommandLineAndAReplicaOutsideThemIsRefused) {

@@ -14,10 +14,12 @@ struct CommandResult {
   std::string output;
 };
 
-// Runs `args` through the shell with stdout and stderr together.
+// Runs `args` through the shell with stdout and stderr together. A run past 300 s is killed
+// (status 124 or 137), so that a command that hangs fails its test instead of hanging it.
 inline CommandResult RunMarlaas(const std::string& args) {
   CommandResult r;
-  const std::string cmd = std::string(MARLAAS_BIN_DIR) + "/marlaas " + args + " 2>&1";
+  const std::string cmd =
+      "timeout -k 5 300 " + std::string(MARLAAS_BIN_DIR) + "/marlaas " + args + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
   char buf[4096];

@@ -8,6 +8,7 @@
 
 #include "sandbox/escape_suite.h"
 #include "tests/procs/run_marlaas.h"
+#include "tests/test_util.h"
 
 namespace marlaas {
 namespace {
@@ -15,8 +16,10 @@ namespace {
 using testing::CommandResult;
 using testing::RunMarlaas;
 
-std::string WriteProgram(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/" + name;
+// Writes `text` to `name` in `dir`; returns its path.
+std::string WriteProgram(const testing::ScopedTempDir& dir, const std::string& name,
+                         const std::string& text) {
+  const std::string path = dir.path() + "/" + name;
   std::ofstream(path) << text;
   return path;
 }
@@ -48,16 +51,18 @@ TEST(SandboxCliTest, SandboxRunExitStatusNamesTheOutcome) {
        "output-limit"},
       {"ok.sh", "echo from sh\n", "--lang sh", 0, "from sh\n"},
   };
+  const testing::ScopedTempDir dir("sandbox-cli");
   for (const Case& c : cases) {
-    const CommandResult r =
-        RunMarlaas(std::string("sandbox-run ") + c.flags + " " + WriteProgram(c.name, c.program));
+    const CommandResult r = RunMarlaas(std::string("sandbox-run ") + c.flags + " " +
+                                       WriteProgram(dir, c.name, c.program));
     EXPECT_EQ(r.status, c.status) << c.name << ": " << r.output;
     EXPECT_NE(r.output.find(c.says), std::string::npos) << c.name << ": " << r.output;
   }
 }
 
 TEST(SandboxCliTest, SandboxRunRefusesBadArgumentsByName) {
-  const std::string ok = WriteProgram("fine.py", "print(1)\n");
+  const testing::ScopedTempDir dir("sandbox-cli");
+  const std::string ok = WriteProgram(dir, "fine.py", "print(1)\n");
   CommandResult r = RunMarlaas("sandbox-run --timeout-ms 12abc " + ok);
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("--timeout-ms"), std::string::npos) << r.output;

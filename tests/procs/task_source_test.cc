@@ -9,11 +9,14 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "tests/test_util.h"
+
 namespace marlaas::pipeline {
 namespace {
 
-pb::JobSpec CustomJob(const std::string& tag) {
-  const std::string data = ::testing::TempDir() + "/ts-" + tag + std::to_string(::getpid());
+// A custom job whose one-example dataset is written in `dir`.
+pb::JobSpec CustomJob(const testing::ScopedTempDir& dir, const std::string& tag) {
+  const std::string data = dir.path() + "/ts-" + tag + ".jsonl";
   std::ofstream(data) << R"({"id": "p0", "prompt": "Q: 1+1=", "reference": "2", "metadata": "{}"})"
                       << "\n";
   pb::JobSpec j;
@@ -28,7 +31,8 @@ pb::JobSpec CustomJob(const std::string& tag) {
 }
 
 TEST(TaskSourceTest, AVerifierCommandNamingAHostFileReadsNothingOfTheHost) {
-  pb::JobSpec j = CustomJob("host");
+  const testing::ScopedTempDir dir("task-source");
+  pb::JobSpec j = CustomJob(dir, "host");
   for (const char* a : {"/bin/sh", "-c", "cat \"$0\" || echo '{\"reward\": 0.5}'", "/etc/passwd"})
     j.mutable_verifier()->add_command(a);
   auto source = TaskSource::ForJob(j);
@@ -42,7 +46,8 @@ TEST(TaskSourceTest, AVerifierCommandNamingAHostFileReadsNothingOfTheHost) {
 }
 
 TEST(TaskSourceTest, TheJobsOwnFilesAreInTheWorkDir) {
-  pb::JobSpec j = CustomJob("files");
+  const testing::ScopedTempDir dir("task-source");
+  pb::JobSpec j = CustomJob(dir, "files");
   for (const char* a : {"/bin/sh", "check.sh"}) j.mutable_verifier()->add_command(a);
   (*j.mutable_verifier()->mutable_files())["check.sh"] =
       "grep -Eq '\"completion\": ?\" 2\"' && echo '{\"reward\": 1}' || echo '{\"reward\": 0}'\n";
@@ -60,7 +65,8 @@ TEST(TaskSourceTest, TheJobsOwnFilesAreInTheWorkDir) {
 // A tenant's command verifies each completion in a run of its own; after an infrastructure
 // failure (a completion its program crashes on) the rest of the batch stays unscored.
 TEST(TaskSourceTest, VerifyAllRunsTheCommandPerCompletionAndStopsAtAFailure) {
-  pb::JobSpec j = CustomJob("all");
+  const testing::ScopedTempDir dir("task-source");
+  pb::JobSpec j = CustomJob(dir, "all");
   for (const char* a : {"/bin/sh", "check.sh"}) j.mutable_verifier()->add_command(a);
   (*j.mutable_verifier()->mutable_files())["check.sh"] =
       "read -r line; case \"$line\" in *crash*) exit 3;; *'\" 2\"'*) echo '{\"reward\": 1}';;"
@@ -83,7 +89,8 @@ TEST(TaskSourceTest, VerifyAllRunsTheCommandPerCompletionAndStopsAtAFailure) {
 // no row left to train on is refused by name (its "held-out" reward was measured on the training
 // prompts), and otherwise the two parts do not meet.
 TEST(TaskSourceTest, TheHeldOutRowsAreNeverTrainedOnAndMustLeaveSomeToTrain) {
-  pb::JobSpec j = CustomJob("split");
+  const testing::ScopedTempDir dir("task-source");
+  pb::JobSpec j = CustomJob(dir, "split");
   j.mutable_verifier()->add_command("/bin/true");
   j.mutable_dataset()->set_eval_prompts(64);
   auto refused = TaskSource::ForJob(j);

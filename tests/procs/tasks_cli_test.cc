@@ -10,6 +10,7 @@
 #include "proto/job_spec.h"
 #include "tasks/task.h"
 #include "tests/procs/run_marlaas.h"
+#include "tests/test_util.h"
 
 namespace marlaas {
 namespace {
@@ -32,6 +33,7 @@ TEST(TasksCliTest, ExportedExamplesAreTheTenantsAndImportBack) {
   ApplyJobSpecDefaults(&j);
   auto source = pipeline::TaskSource::ForJob(j);
   ASSERT_TRUE(source.ok());
+  const testing::ScopedTempDir dir("tasks-cli");
   for (const bool held_out : {false, true}) {
     const auto r = RunMarlaas(std::string("tasks --task countdown --n 5 --seed 42") +
                               (held_out ? " --held-out" : ""));
@@ -50,7 +52,7 @@ TEST(TasksCliTest, ExportedExamplesAreTheTenantsAndImportBack) {
           nlohmann::json::parse(e->metadata_json)["solution"].get<std::string>();
       EXPECT_EQ(task->Verify(*e, " " + solution + "\n").reward, 1.0) << lines[i];
     }
-    const std::string file = ::testing::TempDir() + "/export" + (held_out ? "h" : "t") + ".jsonl";
+    const std::string file = dir.path() + "/export" + (held_out ? "h" : "t") + ".jsonl";
     std::ofstream(file) << r.output;
     const auto check = RunMarlaas("tasks --check " + file);
     EXPECT_EQ(check.status, 0) << check.output;
@@ -59,7 +61,8 @@ TEST(TasksCliTest, ExportedExamplesAreTheTenantsAndImportBack) {
 }
 
 TEST(TasksCliTest, BadInputIsNamed) {
-  const std::string file = ::testing::TempDir() + "/bad.jsonl";
+  const testing::ScopedTempDir dir("tasks-cli");
+  const std::string file = dir.path() + "/bad.jsonl";
   std::ofstream(file) << R"({"id": "a", "prompt": "p", "reference": "r"})"
                       << "\n{oops\n";
   auto r = RunMarlaas("tasks --check " + file);

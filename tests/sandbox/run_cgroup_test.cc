@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "sandbox/sandbox.h"
+#include "tests/test_util.h"
 
 namespace marlaas::sandbox {
 namespace {
@@ -142,9 +143,10 @@ TEST(RunCgroupTest, LeftoverProcessesAreKilledWhenTheRunEnds) {
     for (const std::string& d : dirs)
       EXPECT_NE(Read(d + "/cgroup.procs").find(std::to_string(child)), std::string::npos);
   }
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  // Polled, so that a run that leaves it alive fails instead of hanging.
+  const marlaas::testing::ChildExit gone = marlaas::testing::WaitChildFor(child, 30);
+  ASSERT_FALSE(gone.timed_out) << "the run's end did not kill the leftover process";
+  EXPECT_EQ(gone.signal, SIGKILL);
   for (const std::string& d : dirs) EXPECT_TRUE(EmptyOrGone(d)) << d;
 }
 

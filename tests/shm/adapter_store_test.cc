@@ -166,6 +166,13 @@ TEST(AdapterStoreTest, ReadsWhileTheSlotChangesHandsNameTheRightOwner) {
       ++checked;
     }
   });
+  // Stopped and joined however the test ends (a failed ASSERT with the thread joinable would
+  // terminate the test process).
+  auto stop_reader = [&] {
+    stop = true;
+    if (reader.joinable()) reader.join();
+  };
+  const testing::ScopeExit join_reader(stop_reader);
   // Until the reader has checked many copies (at most a million handovers).
   for (int k = 1; k <= 1000000 && (k <= 3000 || checked.load() < 20000); ++k) {
     if (k > 1) {
@@ -179,8 +186,7 @@ TEST(AdapterStoreTest, ReadsWhileTheSlotChangesHandsNameTheRightOwner) {
       ASSERT_TRUE(store->Publish(0, v).ok());
     }
   }
-  stop = true;
-  reader.join();
+  stop_reader();
   EXPECT_EQ(wrong.load(), 0);
   EXPECT_GT(checked.load(), 0);
 }
@@ -218,7 +224,10 @@ TEST(AdapterStoreTest, ConcurrentReaderNeverSeesATornAdapter) {
     if (!r.ok()) return 50;
     std::vector<float> out(l.NumElements());
     uint64_t last = 0, distinct = 0;
+    // Past the writer's own limit (60 s) the child gives up too, so that WaitChild returns.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(90);
     while (distinct < kDistinct) {
+      if (std::chrono::steady_clock::now() > give_up) return 55;
       auto v = r->ReadLatest(0, out.data(), out.size() * 4, Deadline::AfterMs(10000));
       if (!v.ok()) return 51;
       if (*v < last) return 52;

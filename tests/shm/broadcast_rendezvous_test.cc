@@ -11,10 +11,8 @@
 namespace marlaas {
 namespace {
 
-using testing::ForkChild;
-using testing::KillChild;
+using testing::ChildGuard;
 using testing::ScopedInstance;
-using testing::WaitChild;
 
 TEST(BroadcastRendezvousTest, MembersRegisterAcrossProcessesAndTheDeadDropOut) {
   ScopedInstance inst;
@@ -22,8 +20,10 @@ TEST(BroadcastRendezvousTest, MembersRegisterAcrossProcessesAndTheDeadDropOut) {
   ASSERT_TRUE(root.ok()) << root.status().ToString();
   int pipe_fds[2];
   ASSERT_EQ(pipe(pipe_fds), 0);
-  // A member process registers, reports its slot, and stays until killed.
-  const pid_t member = ForkChild([&] {
+  // A member process registers, reports its slot, and stays until killed (by the guard if the
+  // test fails first).
+  ChildGuard children;
+  const pid_t member = children.Fork([&] {
     auto r = ShmRendezvous::Attach(inst.name());
     if (!r.ok()) return 1;
     auto slot = r->Register();
@@ -32,8 +32,10 @@ TEST(BroadcastRendezvousTest, MembersRegisterAcrossProcessesAndTheDeadDropOut) {
     if (write(pipe_fds[1], &c, 1) != 1) return 3;
     for (;;) pause();
   });
+  close(pipe_fds[1]);  // only the child's write end is left: one that fails ends the read
   char c = 0;
   ASSERT_EQ(read(pipe_fds[0], &c, 1), 1);
+  close(pipe_fds[0]);
   const int slot = c - '0';
   auto live = root->LiveMembers();
   EXPECT_NE(live[size_t(slot)], 0u);
@@ -42,40 +44,39 @@ TEST(BroadcastRendezvousTest, MembersRegisterAcrossProcessesAndTheDeadDropOut) {
   ASSERT_TRUE(mine.ok());
   EXPECT_NE(*mine, slot);
   EXPECT_EQ(*root->Register(), *mine);
-  KillChild(member);
+  children.Kill(member);
   live = root->LiveMembers();
   EXPECT_EQ(live[size_t(slot)], 0u) << "a killed member still counts as live";
   EXPECT_NE(live[size_t(*mine)], 0u);
   root->Unregister(*mine);
   EXPECT_EQ(root->LiveMembers()[size_t(*mine)], 0u);
-  close(pipe_fds[0]);
-  close(pipe_fds[1]);
 }
 
 TEST(BroadcastRendezvousTest, ALiveRootKeepsItsRoleAndADeadOnesIsTakenOver) {
   ScopedInstance inst;
   int pipe_fds[2];
   ASSERT_EQ(pipe(pipe_fds), 0);
-  const pid_t first = ForkChild([&] {
+  ChildGuard children;
+  const pid_t first = children.Fork([&] {
     auto r = ShmRendezvous::Create(inst.name());
     if (!r.ok() || !r->ClaimRoot().ok()) return 1;
     const char c = 'r';
     if (write(pipe_fds[1], &c, 1) != 1) return 2;
     for (;;) pause();
   });
+  close(pipe_fds[1]);  // only the child's write end is left: one that fails ends the read
   char c = 0;
   ASSERT_EQ(read(pipe_fds[0], &c, 1), 1);
+  close(pipe_fds[0]);
   auto r = ShmRendezvous::Attach(inst.name());
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->RootAlive());  // the child's claim
   const Status taken = r->ClaimRoot();
   EXPECT_EQ(taken.code(), StatusCode::kAlreadyExists) << taken.ToString();
-  KillChild(first);
+  children.Kill(first);
   EXPECT_FALSE(r->RootAlive());
   EXPECT_TRUE(r->ClaimRoot().ok());
   EXPECT_TRUE(r->RootAlive());
-  close(pipe_fds[0]);
-  close(pipe_fds[1]);
 }
 
 TEST(BroadcastRendezvousTest, RoundsAndAnnouncementsArriveInOrderAndOverrunIsReported) {

@@ -249,10 +249,11 @@ TEST(RingTest, ConsumerKilledBeforeAckRedeliversExactlyTheUnackedRecords) {
 
   // One consumer incarnation: logs each record (the "downstream commit"), then acks it. With
   // die_after > 0 it kills itself after logging that many records, before acking the last.
-  // The parent returns from run_consumer once the incarnation has attached and logged its mark.
-  int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
+  // The parent returns from run_consumer once the incarnation has attached and logged its mark
+  // (or has died before: the parent holds no write end of its pipe, so the read sees the end).
   auto run_consumer = [&](uint64_t incarnation, int die_after) {
+    int ready[2];
+    EXPECT_EQ(::pipe(ready), 0);
     pid_t pid = ForkChild([&, incarnation, die_after]() -> int {
       int fd = ::open(log_path, O_WRONLY | O_APPEND);
       if (fd < 0) return 40;
@@ -276,15 +277,20 @@ TEST(RingTest, ConsumerKilledBeforeAckRedeliversExactlyTheUnackedRecords) {
         c->Ack(*r);
       }
     });
+    ::close(ready[1]);
     char x;
-    EXPECT_EQ(::read(ready[0], &x, 1), 1);
+    EXPECT_EQ(::read(ready[0], &x, 1), 1) << "consumer " << incarnation << " died before its mark";
+    ::close(ready[0]);
     return pid;
   };
 
   // The ring's ack cursor, read after each incarnation died.
   auto ack_cursor = [&]() -> uint64_t {
     auto seg = Segment::Attach(name, SegmentKind::kRing, kRingLayoutVersion);
-    EXPECT_TRUE(seg.ok());
+    if (!seg.ok()) {
+      ADD_FAILURE() << seg.status().ToString();
+      return 0;
+    }
     return static_cast<RingControl*>(seg->payload())->ack.load();
   };
   std::vector<uint64_t> ack_at_death;
@@ -320,8 +326,6 @@ TEST(RingTest, ConsumerKilledBeforeAckRedeliversExactlyTheUnackedRecords) {
   }
   ::close(fd);
   ::unlink(log_path);
-  ::close(ready[0]);
-  ::close(ready[1]);
   ASSERT_EQ(runs.size(), size_t(kIncarnations + 1));
 
   // Where each seq was logged (incarnation indices, in order).
@@ -372,10 +376,14 @@ pid_t ForkIdlePeer(const SegmentName& name, bool producer) {
     ::pause();
     return 0;
   });
-  char x = 0;
-  if (::read(ready[0], &x, 1) != 1 || x != '1') pid = -1;
-  ::close(ready[0]);
+  // Only the child holds the write end: one that dies before writing ends the read.
   ::close(ready[1]);
+  char x = 0;
+  if (::read(ready[0], &x, 1) != 1 || x != '1') {
+    if (pid > 0) KillChild(pid);
+    pid = -1;
+  }
+  ::close(ready[0]);
   return pid;
 }
 
