@@ -317,7 +317,9 @@ TEST(GenerationTest, TheKvArenaShrinksOnceALongSequenceHasLeft) {
       if (r.id == 1) got = r;
     }
     peak = std::max(peak, g.kv_arena().capacity());
-    if (long_left && g.active() > 0) EXPECT_LE(g.kv_arena().capacity(), 128) << "not trimmed";
+    if (long_left && g.active() > 0) {
+      EXPECT_LE(g.kv_arena().capacity(), 128) << "not trimmed";
+    }
   }
   EXPECT_GE(peak, 600);
   EXPECT_TRUE(long_left);
