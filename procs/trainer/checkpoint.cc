@@ -79,6 +79,39 @@ Result<LoadedCheckpoint> LoadOne(
   return out;
 }
 
+// With the newest checkpoint at the same steps and version (nothing trained since: a finished
+// tenant dropping late groups, a save forced again), its weight and optimizer files are linked
+// into `tmp` instead of written again, once they still match their recorded sizes and checksums
+// (a damaged one is not passed on); *files gets their entries. False, with nothing left in
+// `tmp`, when there is no such checkpoint or a link fails.
+bool LinkUnchangedFiles(const std::string& root, const CheckpointState& state,
+                        const std::string& tmp, json* files) {
+  auto latest = ReadFile(root + "/LATEST");
+  if (!latest.ok()) return false;
+  std::string name = *latest;
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  if (name.empty() || name.find('/') != std::string::npos) return false;
+  auto text = ReadFile(root + "/" + name + "/state.json");
+  if (!text.ok()) return false;
+  const json prev = json::parse(*text, nullptr, false);
+  if (prev.is_discarded() || !prev.is_object() || !prev.contains("files") ||
+      prev.value("steps", uint64_t(0) - 1) != state.steps ||
+      prev.value("version", uint64_t(0) - 1) != state.version)
+    return false;
+  std::error_code ec;
+  for (const char* f : kFiles) {
+    fs::create_hard_link(root + "/" + name + "/" + f, tmp + "/" + f, ec);
+    auto entry =
+        ec ? Result<json>(Status(StatusCode::kIo, ec.message())) : FileEntry(tmp + "/" + f);
+    if (!entry.ok() || !prev["files"].contains(f) || prev["files"][f] != *entry) {
+      for (const char* g : kFiles) fs::remove(tmp + "/" + g, ec);
+      return false;
+    }
+    (*files)[f] = *entry;
+  }
+  return true;
+}
+
 }  // namespace
 
 Status SaveCheckpoint(const std::string& tenant_dir, const model::LoraAdapter& adapter,
@@ -94,13 +127,21 @@ Status SaveCheckpoint(const std::string& tenant_dir, const model::LoraAdapter& a
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
   if (ec) return Status(StatusCode::kIo, "creating " + tmp + ": " + ec.message());
-  MARLAAS_RETURN_IF_ERROR(adapter.ExportPeft(tmp, "marlaas-base"));
-  try {
-    torch::serialize::OutputArchive archive;
-    optimizer.save(archive);
-    archive.save_to(tmp + "/optimizer.pt");
-  } catch (const std::exception& e) {
-    return Status(StatusCode::kIo, "writing " + tmp + "/optimizer.pt: " + e.what());
+  json files = json::object();
+  if (!LinkUnchangedFiles(root, state, tmp, &files)) {
+    MARLAAS_RETURN_IF_ERROR(adapter.ExportPeft(tmp, "marlaas-base"));
+    try {
+      torch::serialize::OutputArchive archive;
+      optimizer.save(archive);
+      archive.save_to(tmp + "/optimizer.pt");
+    } catch (const std::exception& e) {
+      return Status(StatusCode::kIo, "writing " + tmp + "/optimizer.pt: " + e.what());
+    }
+    for (const char* f : kFiles) {
+      // write, fsync, rename: the files are durable before the folder gets its final name.
+      MARLAAS_RETURN_IF_ERROR(SyncPath(tmp + "/" + f));
+      MARLAAS_ASSIGN_OR_RETURN(files[f], FileEntry(tmp + "/" + f));
+    }
   }
   json st = {{"version", state.version},
              {"steps", state.steps},
@@ -110,12 +151,7 @@ Status SaveCheckpoint(const std::string& tenant_dir, const model::LoraAdapter& a
              {"data_cursor", state.data_cursor},
              {"last_reward_mean", state.last_reward_mean},
              {"retired_groups", state.retired_groups},
-             {"files", json::object()}};
-  for (const char* f : kFiles) {
-    // write, fsync, rename: the files are durable before the folder gets its final name.
-    MARLAAS_RETURN_IF_ERROR(SyncPath(tmp + "/" + f));
-    MARLAAS_ASSIGN_OR_RETURN(st["files"][f], FileEntry(tmp + "/" + f));
-  }
+             {"files", files}};
   MARLAAS_RETURN_IF_ERROR(WriteFileAtomically(tmp + "/state.json", st.dump()));
   const std::string final_dir = root + "/" + name;
   fs::remove_all(final_dir, ec);  // an incomplete folder of that name (no state.json)

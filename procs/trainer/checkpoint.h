@@ -31,6 +31,9 @@ struct CheckpointState {
   std::vector<uint64_t> retired_groups;  // ids of every group trained or dropped
 };
 
+// `adapter` and `optimizer` are those of the state's steps and version: when the newest
+// checkpoint holds the same steps and version (a save with only counters and retired groups new),
+// its adapter and optimizer files are hard-linked into the new folder, not serialised again.
 Status SaveCheckpoint(const std::string& tenant_dir, const model::LoraAdapter& adapter,
                       torch::optim::Optimizer& optimizer, const CheckpointState& state);
 

@@ -206,6 +206,47 @@ TEST_F(CheckpointTest, SavingAgainWithoutAStepKeepsTheOldFolderUntilTheNewIsIn) 
   EXPECT_EQ(loaded->state.groups_dropped, 1u);
 }
 
+// A save without a step (a finished tenant's late groups) links the newest checkpoint's adapter
+// and optimizer files instead of writing them again, unless one of them is damaged; the linked
+// checkpoint loads, and a save after a step writes its own files.
+TEST_F(CheckpointTest, ASaveWithoutAStepLinksTheUnchangedFilesUnlessDamaged) {
+  Trained t = MakeTrained(*base_, 2);
+  CheckpointState s;
+  s.steps = 5;
+  s.version = 5;
+  s.groups_trained = 10;
+  ASSERT_TRUE(SaveCheckpoint(dir_, t.adapter, *t.opt, s).ok());
+  s.groups_dropped = 1;
+  s.retired_groups = {7};
+  ASSERT_TRUE(SaveCheckpoint(dir_, t.adapter, *t.opt, s).ok());
+  const std::string root = dir_ + "/checkpoints/";
+  const std::string first = root + "step-00000005-000000000010";
+  const std::string again = root + "step-00000005-000000000011";
+  const char* kWeights[] = {"/adapter_model.safetensors", "/optimizer.pt"};
+  for (const char* f : kWeights) EXPECT_TRUE(fs::equivalent(first + f, again + f)) << f;
+  std::unique_ptr<torch::optim::AdamW> opt;
+  auto loaded = LoadLatestCheckpoint(dir_, *base_, OptimizerInto(&opt));
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->dir, again);
+  EXPECT_EQ(loaded->state.retired_groups, std::vector<uint64_t>{7});
+  EXPECT_TRUE(torch::equal(loaded->adapter.flat(), t.adapter.flat()));
+  // Damaged on disk (both names are one file): the next save writes both files from memory.
+  { std::ofstream(again + "/optimizer.pt", std::ios::app) << "x"; }
+  s.groups_dropped = 2;
+  ASSERT_TRUE(SaveCheckpoint(dir_, t.adapter, *t.opt, s).ok());
+  const std::string third = root + "step-00000005-000000000012";
+  for (const char* f : kWeights) EXPECT_FALSE(fs::equivalent(again + f, third + f)) << f;
+  loaded = LoadLatestCheckpoint(dir_, *base_, OptimizerInto(&opt));
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->dir, third);
+  // A step (new version): written anew, not linked.
+  s.steps = 6;
+  s.version = 6;
+  ASSERT_TRUE(SaveCheckpoint(dir_, t.adapter, *t.opt, s).ok());
+  for (const char* f : kWeights)
+    EXPECT_FALSE(fs::equivalent(third + f, root + "step-00000006-000000000012" + f)) << f;
+}
+
 TEST_F(CheckpointTest, KeepsOnlyTheTwoNewest) {
   Trained t = MakeTrained(*base_, 1);
   for (uint64_t steps = 1; steps <= 4; ++steps) {
