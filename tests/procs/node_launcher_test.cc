@@ -108,6 +108,11 @@ TEST(NodeLauncherTest, BadPlansAreRefusedByName) {
   r = four.Launch("--dry-run --trainer-gpus 1 --rollout-gpus 1,2");
   EXPECT_EQ(r.status, 2);
   EXPECT_TRUE(Has(r, "GPU 1 is both a trainer and a rollout GPU")) << r.out;
+  for (const char* list : {"1,", ",1", "1,,2", "1;2"}) {  // the list goes into the environment
+    r = four.Launch(std::string("--dry-run --trainer-gpus 0 --rollout-gpus '") + list + "'");
+    EXPECT_EQ(r.status, 2) << list;
+    EXPECT_TRUE(Has(r, "is not a list of GPU indices")) << r.out;
+  }
   r = four.Launch("--dry-run --trainer-gpus 1");
   EXPECT_EQ(r.status, 2);
   EXPECT_TRUE(Has(r, "give both --trainer-gpus and --rollout-gpus")) << r.out;
