@@ -213,9 +213,13 @@ int Main(int argc, char** argv) {
   const double ratio = distinct > 0 && shared > 0 ? distinct / shared : 1e9;
   std::printf("logprob forward bf16: %.0f GB/s of logits read\n",
               rows[4].us > 0 ? double(lp_rows) * vocab * 2 / (rows[4].us * 1e3) : 0.0);
+  // A launch that failed timed nothing (-1): the bench fails rather than print a partial table.
+  int failed = 0;
+  for (const Row& r : rows) failed += r.us < 0;
   return FinishBench(args, json,
                      {Target{"BGMV bf16 b64 r16 h4096: 32 distinct adapters / 1 shared (time)",
-                             ratio, 1.5, false}});
+                             ratio, 1.5, false},
+                      Target{"operations that failed to run", double(failed), 0, false}});
 }
 
 }  // namespace
