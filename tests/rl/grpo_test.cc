@@ -1,6 +1,7 @@
 // GRPO advantages and the clipped objective, against hand-computed values and gradients.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "rl/advantages.h"
@@ -184,6 +185,20 @@ TEST(GrpoLossTest, ManyTenantsAtOnceEqualEachTenantAlone) {
     const GrpoLoss want = ComputeGrpoLoss(b, configs[size_t(k)]);
     want.loss.backward();
     const GrpoLoss& g = got.tenants[size_t(k)];
+    // And the objective written out, element by element (grpo_loss.h), apart from both.
+    const GrpoConfig& c = configs[size_t(k)];
+    double plain = 0, n = double(skipped[size_t(k)]);
+    for (int64_t r : mine) {
+      for (int64_t t = 0; t < len; ++t) {
+        const double m = mask[r][t].item<double>(), lp = logp[r][t].item<double>();
+        const double rho = std::exp(lp - behaviour[r][t].item<double>()), a = adv[r].item<double>();
+        const double clipped = std::min(std::max(rho, 1.0 - c.clip_eps_low), 1.0 + c.clip_eps_high);
+        const double d = ref[r][t].item<double>() - lp;
+        plain += m * (-std::min(rho * a, clipped * a) + c.kl_beta * (std::exp(d) - d - 1));
+        n += m;
+      }
+    }
+    EXPECT_NEAR(g.value, n > 0 ? plain / n : 0.0, 1e-5) << k;
     EXPECT_EQ(g.tokens, want.tokens) << k;
     EXPECT_NEAR(g.value, want.loss.item<double>(), 1e-6) << k;
     EXPECT_NEAR(g.value, want.value, 1e-12) << k;
