@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "base/cpu_time.h"
 #include "procs/common/task_source.h"
@@ -63,7 +64,11 @@ struct Input {
   RingConsumer ring;
   RingProducer tools;
   std::deque<Slot> window;
-  size_t unpushed = 0;  // slots of `window` with a job whose output is not committed
+  // The slots of `window` with a job whose output is not committed, in ring order: what Commit
+  // looks at (not the committed ones waiting behind a slow record for their ack, which the ring
+  // may hold many of). A deque's elements stay put when it grows at the back or shrinks at the
+  // front, and a slot leaves the front only once committed.
+  std::vector<Slot*> open;
 };
 
 // Worker threads; at most `cap` jobs of one tenant run at once.
@@ -391,7 +396,7 @@ Status Verifier::Run() {
 }
 
 void Verifier::Fill(Input* in, int64_t wait_ms) {
-  while (in->unpushed < kWindow) {
+  while (in->open.size() < kWindow) {
     auto rec = in->ring.Fetch(in->window.empty() && wait_ms > 0 ? Deadline::AfterMs(wait_ms)
                                                                 : Deadline::Now());
     if (rec.ok()) {
@@ -402,11 +407,9 @@ void Verifier::Fill(Input* in, int64_t wait_ms) {
         const double ms = args_.env_latency_ms * std::exp(0.5 * latency_noise_(latency_rng_));
         s.ready_ns = MonotonicNanos() + int64_t(ms * 1e6);
       }
-      if (s.job) {
-        pool_.Submit(s.job);
-        ++in->unpushed;
-      }
+      if (s.job) pool_.Submit(s.job);
       in->window.push_back(std::move(s));
+      if (in->window.back().job) in->open.push_back(&in->window.back());
       continue;
     }
     if (rec.status().code() == StatusCode::kCorrupt) {
@@ -427,17 +430,19 @@ bool Verifier::Commit(Input* in) {
   // own later groups: its tool calls, which its completions wait for, go on).
   std::set<std::pair<std::string, uint32_t>> blocked;
   const int64_t now = MonotonicNanos();
-  for (Slot& s : in->window) {
-    if (!s.job || s.pushed) continue;
-    const auto stream = std::make_pair(s.job->tenant_key, s.job->type);
-    if (!blocked.count(stream) && now >= s.ready_ns && pool_.IsDone(*s.job)) Finish(&s, &in->tools);
-    if (!s.pushed) {
+  size_t kept = 0;
+  for (Slot* s : in->open) {
+    const auto stream = std::make_pair(s->job->tenant_key, s->job->type);
+    if (!blocked.count(stream) && now >= s->ready_ns && pool_.IsDone(*s->job))
+      Finish(s, &in->tools);
+    if (!s->pushed) {
       blocked.insert(stream);
+      in->open[kept++] = s;
     } else {
-      --in->unpushed;
-      s.job.reset();  // committed: only its place in the ring order is left to keep
+      s->job.reset();  // committed: only its place in the ring order is left to keep
     }
   }
+  in->open.resize(kept);
   RecordView last;
   bool any = false;
   while (!in->window.empty() && (!in->window.front().job || in->window.front().pushed)) {
