@@ -31,6 +31,11 @@ constexpr const char* kRole = "verifier";
 // record at the front holds back only its own tenant's later ones, and the ring's size bounds
 // what waits behind it.
 constexpr size_t kWindow = 64;
+// Of the window, one tenant's records count up to this many: beyond it they are still taken (the
+// ring's size bounds them) but leave the rest of the window to the others, so that a tenant with
+// many groups in flight (prompts_per_step x (max_staleness + 1)) and a slow verifier does not
+// stop the verifier reading every other tenant's records.
+constexpr size_t kTenantShare = 16;
 
 struct Job {
   uint32_t type = 0;
@@ -69,6 +74,16 @@ struct Input {
   // may hold many of). A deque's elements stay put when it grows at the back or shrinks at the
   // front, and a slot leaves the front only once committed.
   std::vector<Slot*> open;
+  std::map<std::string, size_t> open_by_tenant;  // of `open`, by tenant
+  size_t counted = 0;  // of `open`, what counts against kWindow: up to kTenantShare a tenant
+  void Opened(const std::string& tenant) {
+    if (open_by_tenant[tenant]++ < kTenantShare) ++counted;
+  }
+  void Closed(const std::string& tenant) {
+    auto it = open_by_tenant.find(tenant);
+    if (--it->second < kTenantShare) --counted;
+    if (it->second == 0) open_by_tenant.erase(it);
+  }
 };
 
 // Worker threads; at most `cap` jobs of one tenant run at once.
@@ -396,7 +411,7 @@ Status Verifier::Run() {
 }
 
 void Verifier::Fill(Input* in, int64_t wait_ms) {
-  while (in->open.size() < kWindow) {
+  while (in->counted < kWindow) {
     auto rec = in->ring.Fetch(in->window.empty() && wait_ms > 0 ? Deadline::AfterMs(wait_ms)
                                                                 : Deadline::Now());
     if (rec.ok()) {
@@ -409,7 +424,10 @@ void Verifier::Fill(Input* in, int64_t wait_ms) {
       }
       if (s.job) pool_.Submit(s.job);
       in->window.push_back(std::move(s));
-      if (in->window.back().job) in->open.push_back(&in->window.back());
+      if (in->window.back().job) {
+        in->open.push_back(&in->window.back());
+        in->Opened(in->window.back().job->tenant_key);
+      }
       continue;
     }
     if (rec.status().code() == StatusCode::kCorrupt) {
@@ -439,6 +457,7 @@ bool Verifier::Commit(Input* in) {
       blocked.insert(stream);
       in->open[kept++] = s;
     } else {
+      in->Closed(s->job->tenant_key);
       s->job.reset();  // committed: only its place in the ring order is left to keep
     }
   }

@@ -408,12 +408,15 @@ TEST_F(PipelineTest, ABadNewestCheckpointAtATrainerRestartLosesItsGroupsButNotTh
 
 // A tenant whose verifier is slow (within its timeout) holds back only its own groups: the
 // verifier keeps taking records from the ring behind it (its window counts work not yet
-// committed, not records waiting for their turn to be acknowledged), so a calculator tenant's
-// tool calls and groups, well over the window's 64 records, go through meanwhile.
+// committed, not records waiting for their turn to be acknowledged, and at most 16 of one
+// tenant's), so a calculator tenant's tool calls and groups, well over the window's 64 records,
+// go through meanwhile, though the slow tenant has 80 groups in flight.
 TEST_F(PipelineTest, ASlowTenantVerifierDoesNotHoldBackAnotherTenantsToolCalls) {
   StartService();
   const std::string data = WriteAdditionDataset(state_dir_ + "/slow.jsonl");
   pb::JobSpec slow = SmallJob("slow", "custom", 2, 9);
+  slow.set_prompts_per_step(40);  // with max_staleness 1: 80 groups in flight
+  slow.set_group_size(2);
   slow.mutable_dataset()->set_jsonl_path(data);
   slow.mutable_dataset()->set_eval_prompts(2);
   slow.mutable_verifier()->add_command("/bin/sh");
