@@ -63,7 +63,14 @@ Result<LoadedCheckpoint> LoadOne(
     s.groups_degenerate = st.at("groups_degenerate").get<uint64_t>();
     s.data_cursor = st.at("data_cursor").get<uint64_t>();
     s.last_reward_mean = st.at("last_reward_mean").get<double>();
-    s.retired_groups = st.at("retired_groups").get<std::vector<uint64_t>>();
+    if (st.contains("retired_ranges")) {
+      if (!s.retired_groups.FromRanges(
+              st["retired_ranges"].get<std::vector<std::pair<uint64_t, uint64_t>>>()))
+        return Status(StatusCode::kCorrupt, dir + "/state.json: a retired range runs backwards");
+    } else {  // written before the ranges: every id listed
+      for (uint64_t id : st.at("retired_groups").get<std::vector<uint64_t>>())
+        s.retired_groups.Insert(id);
+    }
   } catch (const std::exception& e) {
     return Status(StatusCode::kCorrupt, dir + "/state.json: " + e.what());
   }
@@ -150,7 +157,7 @@ Status SaveCheckpoint(const std::string& tenant_dir, const model::LoraAdapter& a
              {"groups_degenerate", state.groups_degenerate},
              {"data_cursor", state.data_cursor},
              {"last_reward_mean", state.last_reward_mean},
-             {"retired_groups", state.retired_groups},
+             {"retired_ranges", state.retired_groups.Ranges()},
              {"files", files}};
   MARLAAS_RETURN_IF_ERROR(WriteFileAtomically(tmp + "/state.json", st.dump()));
   const std::string final_dir = root + "/" + name;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "base/id_ranges.h"
 #include "base/status.h"
 #include "model/base_weights.h"
 #include "model/lora_adapter.h"
@@ -28,7 +29,7 @@ struct CheckpointState {
   uint64_t groups_degenerate = 0;  // trained groups with all-equal rewards (no gradient)
   uint64_t data_cursor = 0;        // 1 + the highest prompt index trained on
   double last_reward_mean = 0;
-  std::vector<uint64_t> retired_groups;  // ids of every group trained or dropped
+  IdRanges retired_groups;  // ids of every group trained or dropped (state.json: as ranges)
 };
 
 // `adapter` and `optimizer` are those of the state's steps and version: when the newest

@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "base/cpu_time.h"
+#include "base/id_ranges.h"
 #include "model/base_weights.h"
 #include "model/compute_threads.h"
 #include "model/device.h"
@@ -52,7 +53,7 @@ struct TrainTenant {
   model::LoraAdapter adapter;
   std::unique_ptr<torch::optim::AdamW> optimizer;
   CheckpointState ck;                     // live counters (what the next checkpoint saves)
-  std::unordered_set<uint64_t> retired;   // ids trained or dropped
+  IdRanges retired;                       // ids trained or dropped
   std::unordered_set<uint64_t> buffered;  // ids waiting in `ready`
   std::deque<pb::TrajectoryGroup> ready;  // scored groups waiting for a step
   uint64_t retired_total = 0;             // groups_trained + groups_dropped
@@ -184,7 +185,7 @@ Status Trainer::StartTenant(const pipeline::WatchedTenant& w) {
   } else {
     return loaded.status();
   }
-  for (uint64_t id : t->ck.retired_groups) t->retired.insert(id);
+  t->retired = t->ck.retired_groups;
   t->retired_total = t->ck.groups_trained + t->ck.groups_dropped;
   t->checkpointed_retired = t->retired_total;
   t->finished = t->ck.steps >= t->spec.max_steps();
@@ -291,7 +292,7 @@ Status Trainer::Publish(TrainTenant* t) {
 
 void Trainer::Checkpoint(TrainTenant* t) {
   const int64_t t0 = MonotonicNanos(), cpu0 = ProcessCpuNanos();
-  t->ck.retired_groups.assign(t->retired.begin(), t->retired.end());
+  t->ck.retired_groups = t->retired;
   Status st = SaveCheckpoint(t->dir, t->adapter, *t->optimizer, t->ck);
   ++engine_.checkpoints;
   engine_.checkpoint_ns += uint64_t(MonotonicNanos() - t0);
@@ -307,7 +308,7 @@ void Trainer::Checkpoint(TrainTenant* t) {
 
 void Trainer::Retire(TrainTenant* t, uint64_t group_id, const std::string& drop_reason) {
   t->buffered.erase(group_id);
-  t->retired.insert(group_id);
+  t->retired.Insert(group_id);
   ++t->retired_total;
   if (drop_reason.empty()) {
     ++t->ck.groups_trained;
@@ -349,7 +350,7 @@ void Trainer::HandleRecord(const RecordView& view) {
     return;
   }
   p->tenant = t;
-  if (t->retired.count(g.group_id()) || t->buffered.count(g.group_id())) {
+  if (t->retired.Contains(g.group_id()) || t->buffered.count(g.group_id())) {
     // A replayed duplicate: wait for the checkpoint that covers the original.
     p->retire_index = t->retired_total == 0 ? 1 : t->retired_total;
     if (t->finished) p->retire_index = t->checkpointed_retired;

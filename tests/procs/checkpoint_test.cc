@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 
 #include "model/pretrain.h"
 
@@ -71,7 +72,7 @@ TEST_F(CheckpointTest, RoundTripRestoresAdapterOptimizerAndCounters) {
   s.groups_degenerate = 2;
   s.data_cursor = 40;
   s.last_reward_mean = 0.375;
-  s.retired_groups = {11, 12, 99};
+  for (uint64_t id : {11, 12, 99}) s.retired_groups.Insert(id);
   ASSERT_TRUE(SaveCheckpoint(dir_, t.adapter, *t.opt, s).ok());
   std::unique_ptr<torch::optim::AdamW> opt;
   auto loaded = LoadLatestCheckpoint(dir_, *base_, [&](model::LoraAdapter* a) {
@@ -89,7 +90,8 @@ TEST_F(CheckpointTest, RoundTripRestoresAdapterOptimizerAndCounters) {
   EXPECT_EQ(loaded->state.groups_degenerate, 2u);
   EXPECT_EQ(loaded->state.data_cursor, 40u);
   EXPECT_DOUBLE_EQ(loaded->state.last_reward_mean, 0.375);
-  EXPECT_EQ(loaded->state.retired_groups, (std::vector<uint64_t>{11, 12, 99}));
+  EXPECT_EQ(loaded->state.retired_groups.Ranges(),
+            (std::vector<std::pair<uint64_t, uint64_t>>{{11, 12}, {99, 99}}));
   // The optimizer resumes exactly: one more step from either gives the same parameters.
   auto step = [](model::LoraAdapter& a, torch::optim::AdamW& o) {
     o.zero_grad();
@@ -217,7 +219,7 @@ TEST_F(CheckpointTest, ASaveWithoutAStepLinksTheUnchangedFilesUnlessDamaged) {
   s.groups_trained = 10;
   ASSERT_TRUE(SaveCheckpoint(dir_, t.adapter, *t.opt, s).ok());
   s.groups_dropped = 1;
-  s.retired_groups = {7};
+  s.retired_groups.Insert(7);
   ASSERT_TRUE(SaveCheckpoint(dir_, t.adapter, *t.opt, s).ok());
   const std::string root = dir_ + "/checkpoints/";
   const std::string first = root + "step-00000005-000000000010";
@@ -228,7 +230,8 @@ TEST_F(CheckpointTest, ASaveWithoutAStepLinksTheUnchangedFilesUnlessDamaged) {
   auto loaded = LoadLatestCheckpoint(dir_, *base_, OptimizerInto(&opt));
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   EXPECT_EQ(loaded->dir, again);
-  EXPECT_EQ(loaded->state.retired_groups, std::vector<uint64_t>{7});
+  EXPECT_TRUE(loaded->state.retired_groups.Contains(7));
+  EXPECT_EQ(loaded->state.retired_groups.size(), 1u);
   EXPECT_TRUE(torch::equal(loaded->adapter.flat(), t.adapter.flat()));
   // Damaged on disk (both names are one file): the next save writes both files from memory.
   { std::ofstream(again + "/optimizer.pt", std::ios::app) << "x"; }
@@ -245,6 +248,40 @@ TEST_F(CheckpointTest, ASaveWithoutAStepLinksTheUnchangedFilesUnlessDamaged) {
   ASSERT_TRUE(SaveCheckpoint(dir_, t.adapter, *t.opt, s).ok());
   for (const char* f : kWeights)
     EXPECT_FALSE(fs::equivalent(third + f, root + "step-00000006-000000000012" + f)) << f;
+}
+
+// A checkpoint keeps its retired group ids as ranges (a tenant's ids come in runs: a few ranges
+// however long it trains); one written before, with every id listed, still loads.
+TEST_F(CheckpointTest, RetiredGroupsAreRangesAndTheOldListStillLoads) {
+  Trained t = MakeTrained(*base_, 1);
+  CheckpointState s;
+  s.steps = 2;
+  for (uint64_t id = 0; id < 5000; ++id) s.retired_groups.Insert((1ull << 32) | id);
+  s.retired_groups.Insert(7);
+  ASSERT_TRUE(SaveCheckpoint(dir_, t.adapter, *t.opt, s).ok());
+  const std::string state = dir_ + "/checkpoints/step-00000002-000000000000/state.json";
+  nlohmann::json st = nlohmann::json::parse(std::ifstream(state));
+  EXPECT_EQ(st["retired_ranges"].size(), 2u);
+  std::unique_ptr<torch::optim::AdamW> opt;
+  auto loaded = LoadLatestCheckpoint(dir_, *base_, OptimizerInto(&opt));
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->state.retired_groups.size(), 5001u);
+  EXPECT_TRUE(loaded->state.retired_groups.Contains((1ull << 32) | 4999));
+  // The older layout: every id in "retired_groups".
+  st.erase("retired_ranges");
+  st["retired_groups"] = std::vector<uint64_t>{3, 4, 9};
+  { std::ofstream(state) << st.dump(); }
+  loaded = LoadLatestCheckpoint(dir_, *base_, OptimizerInto(&opt));
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->state.retired_groups.Ranges(),
+            (std::vector<std::pair<uint64_t, uint64_t>>{{3, 4}, {9, 9}}));
+  st.erase("retired_groups");  // a range that runs backwards is refused by name
+  st["retired_ranges"] = {{9, 3}};
+  { std::ofstream(state) << st.dump(); }
+  loaded = LoadLatestCheckpoint(dir_, *base_, OptimizerInto(&opt));
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("runs backwards"), std::string::npos)
+      << loaded.status().ToString();
 }
 
 TEST_F(CheckpointTest, KeepsOnlyTheTwoNewest) {

@@ -122,8 +122,11 @@ std::set<uint64_t> PipelineTest::Retired(const std::string& tenant) const {
   while (!latest.empty() && latest.back() == '\n') latest.pop_back();
   auto st = nlohmann::json::parse(ReadAll(root + latest + "/state.json"), nullptr, false);
   std::set<uint64_t> ids;
-  if (st.is_object())
-    for (uint64_t id : st["retired_groups"].get<std::vector<uint64_t>>()) ids.insert(id);
+  if (st.is_object() && st.contains("retired_ranges")) {
+    for (const auto& [first, last] :
+         st["retired_ranges"].get<std::vector<std::pair<uint64_t, uint64_t>>>())
+      for (uint64_t id = first; id <= last; ++id) ids.insert(id);
+  }
   return ids;
 }
 
