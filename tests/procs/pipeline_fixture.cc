@@ -62,7 +62,7 @@ void PipelineTest::TearDown() {
   if (!HasFailure() && !std::getenv("MARLAAS_KEEP_TEST_STATE")) fs::remove_all(state_dir_);
 }
 
-void PipelineTest::StartService() {
+serve::ServiceOptions PipelineTest::Options() const {
   serve::ServiceOptions o;
   o.stage.instance = instance_;
   o.stage.state_dir = state_dir_;
@@ -73,7 +73,11 @@ void PipelineTest::StartService() {
   o.max_tenants = max_tenants_;
   o.memory_budget_bytes = memory_budget_bytes_;
   o.stage.rollout_replicas = rollout_replicas_;
-  auto s = serve::Service::Start(o);
+  return o;
+}
+
+void PipelineTest::StartService() {
+  auto s = serve::Service::Start(Options());
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   service_ = std::move(*s);
 }

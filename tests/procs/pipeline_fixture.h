@@ -27,6 +27,8 @@ class PipelineTest : public ::testing::Test {
  protected:
   void SetUp() override;
   void TearDown() override;
+  // The service's options on the test's instance and state dir (what StartService starts).
+  serve::ServiceOptions Options() const;
   // Starts the service on the test's instance and state dir.
   void StartService();
   // Calls Tick() every 20 ms (and `each` after it) until `done` or `timeout_s`; false on timeout.

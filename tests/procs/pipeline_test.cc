@@ -811,6 +811,36 @@ TEST_F(PipelineTest, ResumingMoreTenantsThanFitResumesWhatFitsAndKeepsTheRest) {
   EXPECT_FALSE(fs::exists(TenantDir(waiting) + "/state"));  // not settled: a later serve resumes it
 }
 
+// `serve --job A --job B` on a state dir that holds A and B unfinished, with room for one: the
+// one resumed trains to the end, and the other is left waiting on disk for a later service (not
+// admitted again, which its id on disk refuses: serve used to fail on it).
+TEST_F(PipelineTest, ServeWithJobsLeavesAJobWaitingOnDiskForALaterService) {
+  max_tenants_ = 1;
+  std::vector<pb::JobSpec> jobs;
+  for (const char* id : {"left1", "left2"}) {
+    jobs.push_back(SmallJob(id, "arithmetic", 2, 1));
+    fs::create_directories(TenantDir(id));
+    std::ofstream(TenantDir(id) + "/job.json") << JobSpecToJson(jobs.back());
+  }
+  cli::RunJobsOptions r;
+  r.service = Options();
+  r.jobs = jobs;
+  r.resume = true;
+  r.quiet = true;
+  r.timeout_s = 240;  // a liveness bound: seconds here
+  ::testing::internal::CaptureStderr();
+  auto report = cli::RunJobs(r);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_FALSE(report->timed_out);
+  const bool first = ReadAll(TenantDir("left1") + "/state").rfind("finished", 0) == 0;
+  const std::string done = first ? "left1" : "left2", waiting = first ? "left2" : "left1";
+  EXPECT_EQ(ReadAll(TenantDir(done) + "/state").rfind("finished", 0), 0u);
+  EXPECT_TRUE(fs::exists(TenantDir(waiting) + "/job.json"));
+  EXPECT_FALSE(fs::exists(TenantDir(waiting) + "/state"));  // unsettled: resumes later
+  EXPECT_NE(err.find("tenant " + waiting + " waits on disk"), std::string::npos) << err;
+}
+
 TEST_F(PipelineTest, AdmittingTogetherChecksEverySpecFirstThenRunsThemAll) {
   StartService();
   pb::JobSpec bad = SmallJob("b2", "arithmetic", 3, 1);
