@@ -77,7 +77,7 @@ int RunServe(const std::vector<std::string>& argv) {
   auto report = RunJobs(o);
   if (!report.ok()) {
     std::fprintf(stderr, "marlaas serve: %s\n", report.status().ToString().c_str());
-    return 1;
+    return report.status().code() == StatusCode::kCancelled ? 130 : 1;
   }
   return report->timed_out ? 1 : 0;
 }

@@ -64,7 +64,8 @@ Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
   while (o.until_stopped || !service->AllDone()) {
     if (pipeline::StopRequested()) {
       if (o.until_stopped) break;
-      return Status(StatusCode::kUnavailable, "interrupted");
+      return Status(StatusCode::kCancelled,
+                    "interrupted: unfinished tenants resume on the next serve with this state dir");
     }
     if (o.timeout_s > 0 && monitor.wall_s() > o.timeout_s) {
       report.timed_out = true;
