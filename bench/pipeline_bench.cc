@@ -107,6 +107,7 @@ Result<PipelineRun> RunPipelineMode(const std::string& mode, int tenants, uint64
   if (IsSync(mode))
     for (pb::JobSpec& j : jobs) j.set_max_staleness(0);
 
+  if (pipeline::StopRequested()) return Status(StatusCode::kCancelled, "interrupted");
   std::error_code ec;
   fs::remove_all(so.stage.state_dir, ec);
   // A run that fails keeps its state dir (its stages' logs say why) and the error names it; one
@@ -129,6 +130,11 @@ Result<PipelineRun> RunPipelineMode(const std::string& mode, int tenants, uint64
   // The clock starts with the first admission, once every stage has loaded the base and entered
   // its loop: process start-up is the same in every mode and no part of a tenant's training.
   if (Status st = service->WaitUntilReady(60'000); !st.ok()) return failed(st);
+  auto interrupted = [&] {
+    state.remove = true;
+    return Status(StatusCode::kCancelled, "interrupted");
+  };
+  if (pipeline::StopRequested()) return interrupted();
   PipelineRun run;
   run.mode = mode;
   run.tenants = tenants;
@@ -162,11 +168,10 @@ Result<PipelineRun> RunPipelineMode(const std::string& mode, int tenants, uint64
   bool timed_out = false;
   int64_t next_sample = 0;
   for (;;) {
-    if (pipeline::StopRequested()) {  // SIGINT/SIGTERM (the CLI's handlers)
-      state.remove = true;
-      return Status(StatusCode::kCancelled, "interrupted");
-    }
+    if (pipeline::StopRequested()) return interrupted();  // SIGINT/SIGTERM (the CLI's handlers)
     service->Tick();
+    // The stages gave up (a stage that keeps crashing): a failed run, not one that times out.
+    if (!service->failure().ok()) return failed(service->failure());
     if (MonotonicNanos() >= next_sample) {
       monitor.Sample(*service);
       next_sample = MonotonicNanos() + 20'000'000;
@@ -238,6 +243,7 @@ Result<PipelineRun> RunPipelineMode(const std::string& mode, int tenants, uint64
   // Quality: the held-out greedy reward of every tenant's last checkpoint (not timed).
   double sum = 0;
   for (const pb::JobSpec& j : jobs) {
+    if (pipeline::StopRequested()) return interrupted();
     const std::string ckpt = LatestCheckpoint(so.stage.state_dir, j.tenant());
     Result<pipeline::EvalResult> r =
         pipeline::EvaluateHeldOut(o.model_dir, j, ckpt, int(j.dataset().eval_prompts()));

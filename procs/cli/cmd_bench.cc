@@ -158,6 +158,7 @@ int BenchPipeline(std::vector<std::string> args) {
     if (!run.ok()) {
       std::fprintf(stderr, "marlaas bench pipeline: the warm-up run failed: %s\n",
                    run.status().ToString().c_str());
+      if (run.status().code() == StatusCode::kCancelled) return 130;
       return 1;
     }
     std::printf("warm-up run (not measured): %.1f s\n", double(MonotonicNanos() - t0) * 1e-9);

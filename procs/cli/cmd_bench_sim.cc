@@ -35,9 +35,9 @@ bool ParseInts(const std::string& text, int lo, int hi, std::vector<int>* out) {
 }
 
 // The measured runs of `marlaas bench pipeline --json` files, pooled; *cores is what they were
-// measured on (every file alike; 0 on entry: any).
+// measured on (every file alike; 0 on entry: any), *cores_from the file that set it.
 Result<std::vector<sim::MeasuredRun>> ReadMeasuredRuns(const std::vector<std::string>& files,
-                                                       int* cores) {
+                                                       int* cores, std::string* cores_from) {
   std::vector<sim::MeasuredRun> runs;
   for (const std::string& file : files) {
     MARLAAS_ASSIGN_OR_RETURN(const std::string text, ReadFile(file));
@@ -59,7 +59,8 @@ Result<std::vector<sim::MeasuredRun>> ReadMeasuredRuns(const std::vector<std::st
     if (*cores != 0 && file_cores != *cores)
       return Status(StatusCode::kInvalidArgument,
                     file + " was measured on " + std::to_string(file_cores) + " cores, " +
-                        files.front() + " on " + std::to_string(*cores));
+                        *cores_from + " on " + std::to_string(*cores));
+    if (*cores == 0) *cores_from = file;
     *cores = file_cores;
     for (size_t i = 0; i < doc["measured"].size(); ++i) {
       MARLAAS_ASSIGN_OR_RETURN(
@@ -117,7 +118,8 @@ int RunBenchSim(std::vector<std::string> args) {
     return 2;
   }
   int cores = 0;
-  auto calibration_runs = ReadMeasuredRuns(files, &cores);
+  std::string cores_from;
+  auto calibration_runs = ReadMeasuredRuns(files, &cores, &cores_from);
   if (!calibration_runs.ok()) {
     std::fprintf(stderr, "marlaas bench sim: %s\n", calibration_runs.status().message().c_str());
     return 1;
@@ -129,7 +131,7 @@ int RunBenchSim(std::vector<std::string> args) {
   std::vector<sim::MeasuredRun> validate_runs = runs;
   if (!validate_files.empty()) {
     int validate_cores = cores;
-    auto v = ReadMeasuredRuns(validate_files, &validate_cores);
+    auto v = ReadMeasuredRuns(validate_files, &validate_cores, &cores_from);
     if (!v.ok()) {
       std::fprintf(stderr, "marlaas bench sim: %s\n", v.status().message().c_str());
       return 1;

@@ -1,11 +1,13 @@
 #include "procs/trainer/checkpoint.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "base/file_util.h"
 #include "shm/checksum.h"
@@ -101,9 +103,12 @@ bool LinkUnchangedFiles(const std::string& root, const CheckpointState& state,
   auto text = ReadFile(root + "/" + name + "/state.json");
   if (!text.ok()) return false;
   const json prev = json::parse(*text, nullptr, false);
+  auto same = [&](const char* key, uint64_t want) {
+    return prev.contains(key) && prev[key].is_number_unsigned() &&
+           prev[key].get<uint64_t>() == want;
+  };
   if (prev.is_discarded() || !prev.is_object() || !prev.contains("files") ||
-      prev.value("steps", uint64_t(0) - 1) != state.steps ||
-      prev.value("version", uint64_t(0) - 1) != state.version)
+      !prev["files"].is_object() || !same("steps", state.steps) || !same("version", state.version))
     return false;
   std::error_code ec;
   for (const char* f : kFiles) {
@@ -166,14 +171,28 @@ Status SaveCheckpoint(const std::string& tenant_dir, const model::LoraAdapter& a
   if (ec) return Status(StatusCode::kIo, "renaming " + tmp + ": " + ec.message());
   MARLAAS_RETURN_IF_ERROR(SyncPath(root));
   MARLAAS_RETURN_IF_ERROR(WriteFileAtomically(root + "/LATEST", name + "\n"));
-  // Keep the two newest.
+  // Keep the two newest, and older ones until two distinct copies of the weights are kept: folders
+  // saved without a step share their files (LinkUnchangedFiles), and one damaged copy must leave
+  // another to fall back to.
   std::vector<std::string> all;
   for (const auto& e : fs::directory_iterator(root, ec)) {
     const std::string n = e.path().filename().string();
     if (n.rfind("step-", 0) == 0) all.push_back(n);
   }
   std::sort(all.begin(), all.end());
-  for (size_t i = 0; i + 2 < all.size(); ++i) fs::remove_all(root + "/" + all[i], ec);
+  std::set<std::pair<dev_t, ino_t>> copies;
+  size_t kept = 0;
+  for (size_t i = all.size(); i-- > 0;) {
+    struct stat st_buf {};
+    const std::string weights = root + "/" + all[i] + "/adapter_model.safetensors";
+    const bool known = ::stat(weights.c_str(), &st_buf) == 0;
+    if (kept < 2 || (copies.size() < 2 && known && !copies.count({st_buf.st_dev, st_buf.st_ino}))) {
+      ++kept;
+      if (known) copies.insert({st_buf.st_dev, st_buf.st_ino});
+      continue;
+    }
+    fs::remove_all(root + "/" + all[i], ec);
+  }
   return Status::Ok();
 }
 

@@ -3,6 +3,9 @@
 //   adapter_config.json + adapter_model.safetensors  (PEFT layout: exportable as it is)
 //   optimizer.pt                                     (AdamW moments and step counts)
 //   state.json                                       (counters, seen group ids, file checksums)
+// state.json keeps the retired group ids as ranges ("retired_ranges"); a checkpoint with the
+// older list ("retired_groups") loads too, but builds before the ranges cannot read the new one
+// (they would set it aside as damaged): no going back to them on a state dir.
 // The folder is filled under a temporary name and renamed into place, then LATEST names it, so a
 // crash leaves the previous checkpoint intact. Loading verifies sizes and checksums of every
 // file: a truncated or altered checkpoint is reported with the file named, and the loader falls

@@ -22,6 +22,12 @@ bool TrainsOnInput(const pb::Trajectory& tr) {
   return false;
 }
 
+// Its tokens, log-probs and mask are aligned, and it trains only on what the policy wrote.
+bool WellFormed(const pb::Trajectory& tr) {
+  return tr.tokens_size() == tr.behaviour_logprobs_size() &&
+         size_t(tr.tokens_size()) == tr.loss_mask().size() && !TrainsOnInput(tr);
+}
+
 }  // namespace
 
 bool AddGroupToStep(const pb::TrajectoryGroup& g, bool normalize_std, rl::TenantStep* step) {
@@ -29,8 +35,10 @@ bool AddGroupToStep(const pb::TrajectoryGroup& g, bool normalize_std, rl::Tenant
   for (const pb::Trajectory& tr : g.trajectories()) rewards.push_back(tr.reward());
   const rl::GroupAdvantages adv = rl::ComputeAdvantages(rewards, normalize_std);
   if (adv.degenerate && step->grpo.kl_beta <= 0) {
-    for (const pb::Trajectory& tr : g.trajectories())
+    for (const pb::Trajectory& tr : g.trajectories()) {
+      if (!WellFormed(tr)) continue;  // as left out of a group with a signal
       for (char m : tr.loss_mask()) step->skipped_tokens += m != 0;
+    }
     return true;
   }
   for (int i = 0; i < g.trajectories_size(); ++i) {
@@ -40,9 +48,7 @@ bool AddGroupToStep(const pb::TrajectoryGroup& g, bool normalize_std, rl::Tenant
     c.behaviour_logprobs.assign(tr.behaviour_logprobs().begin(), tr.behaviour_logprobs().end());
     c.loss_mask.assign(tr.loss_mask().begin(), tr.loss_mask().end());
     c.advantage = adv.degenerate ? 0.0f : adv.advantages[size_t(i)];
-    if (c.tokens.size() != c.behaviour_logprobs.size() || c.tokens.size() != c.loss_mask.size() ||
-        TrainsOnInput(tr))
-      continue;  // malformed trajectory: it contributes nothing
+    if (!WellFormed(tr)) continue;  // it contributes nothing
     step->completions.push_back(std::move(c));
   }
   return adv.degenerate;

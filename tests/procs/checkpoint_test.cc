@@ -252,6 +252,33 @@ TEST_F(CheckpointTest, ASaveWithoutAStepLinksTheUnchangedFilesUnlessDamaged) {
 
 // A checkpoint keeps its retired group ids as ranges (a tenant's ids come in runs: a few ranges
 // however long it trains); one written before, with every id listed, still loads.
+// Linked folders are one copy of the weights: the keep-two rule keeps an older folder with its
+// own files, and a damage to the shared ones falls back to it.
+TEST_F(CheckpointTest, LinkedFoldersCountAsOneCopyWhenOlderOnesAreRemoved) {
+  Trained t = MakeTrained(*base_, 2);
+  CheckpointState s;
+  s.steps = 4;
+  s.version = 4;
+  ASSERT_TRUE(SaveCheckpoint(dir_, t.adapter, *t.opt, s).ok());
+  s.steps = 5;
+  s.version = 5;
+  ASSERT_TRUE(SaveCheckpoint(dir_, t.adapter, *t.opt, s).ok());
+  for (uint64_t dropped = 1; dropped <= 2; ++dropped) {  // two saves without a step: linked
+    s.groups_dropped = dropped;
+    ASSERT_TRUE(SaveCheckpoint(dir_, t.adapter, *t.opt, s).ok());
+  }
+  const std::string root = dir_ + "/checkpoints/";
+  EXPECT_TRUE(fs::exists(root + "step-00000004-000000000000")) << "the only other copy";
+  EXPECT_TRUE(fs::exists(root + "step-00000005-000000000002"));
+  EXPECT_TRUE(fs::exists(root + "step-00000005-000000000001"));
+  EXPECT_FALSE(fs::exists(root + "step-00000005-000000000000"));  // a third name for one copy
+  { std::ofstream(root + "step-00000005-000000000002/optimizer.pt", std::ios::app) << "x"; }
+  std::unique_ptr<torch::optim::AdamW> opt;
+  auto loaded = LoadLatestCheckpoint(dir_, *base_, OptimizerInto(&opt));
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->dir, root + "step-00000004-000000000000");
+}
+
 TEST_F(CheckpointTest, RetiredGroupsAreRangesAndTheOldListStillLoads) {
   Trained t = MakeTrained(*base_, 1);
   CheckpointState s;

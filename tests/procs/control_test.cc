@@ -9,10 +9,12 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
 #include "base/file_util.h"
+#include "bench/sim/measured_run.h"
 #include "procs/cli/cli.h"
 #include "procs/cli/control_client.h"
 #include "procs/serve/control_frame.h"
@@ -425,13 +427,33 @@ TEST(CliNumbersTest, BenchListsAndOutputAreCheckedBeforeAnyRun) {
     const std::string err = ::testing::internal::GetCapturedStderr();
     EXPECT_NE(err.find(b.named), std::string::npos) << err;
   }
-  const std::string file = "/tmp/marlaas-bench-cores-" + std::to_string(getpid()) + ".json";
+  const testing::ScopedTempDir tmp("bench-sim");
+  const std::string file = tmp.path() + "/cores.json";
   ASSERT_TRUE(WriteFileAtomically(file, R"({"cores": "two", "measured": [{}]})").ok());
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(cli::RunBench({"sim", "--calibrate", file}), 1);
-  const std::string err = ::testing::internal::GetCapturedStderr();
+  std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("cores must be a whole number"), std::string::npos) << err;
-  std::remove(file.c_str());
+  // --validate runs from a machine with other cores than the calibration's: both files named.
+  sim::MeasuredRun m;
+  m.mode = "async";
+  m.tenants = 1;
+  m.seed = 1;
+  m.complete = true;
+  m.wall_s = 1;
+  m.tasks = {"arithmetic"};
+  m.steps = m.group_size = m.prompts_per_step = m.checkpoint_every = m.verifier_workers = 1;
+  const std::string cal = tmp.path() + "/cal.json", val = tmp.path() + "/val.json";
+  for (const auto& [path, cores] : {std::pair<std::string, int>{cal, 2}, {val, 4}}) {
+    const nlohmann::json doc = {{"cores", cores}, {"measured", {sim::MeasuredRunToJson(m)}}};
+    ASSERT_TRUE(WriteFileAtomically(path, doc.dump()).ok());
+  }
+  ::testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(cli::RunBench({"sim", "--calibrate", cal, "--validate", val}), 1);
+  (void)::testing::internal::GetCapturedStdout();
+  err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find(val + " was measured on 4 cores, " + cal + " on 2"), std::string::npos) << err;
 }
 
 }  // namespace

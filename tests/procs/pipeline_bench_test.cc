@@ -8,9 +8,12 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "bench/sim/sim_report.h"
+#include "procs/common/pipeline.h"
 #include "tests/procs/pipeline_fixture.h"
+#include "tests/test_util.h"
 
 namespace marlaas::testing {
 namespace {
@@ -26,6 +29,48 @@ std::vector<std::vector<double>> StepTimes(const std::string& state_dir, int ten
       out[size_t(k)].push_back(nlohmann::json::parse(l)["time"].get<double>());
   }
   return out;
+}
+
+// A run asked to stop (Ctrl-C: the CLI's handler sets the stop flag) while its tenants train
+// ends at once as cancelled, with its stages stopped, its shared memory and its state dir gone.
+// In a child process: the stop flag is the process's.
+TEST(PipelineBenchTest, AnInterruptedRunLeavesNothingBehind) {
+  const std::string model = TestBaseModel();
+  const std::string work =
+      fs::temp_directory_path().string() + "/marlaas-bench-stop-" + std::to_string(::getpid());
+  fs::remove_all(work);
+  const pid_t child = ForkChild([&] {
+    bench::PipelineBenchOptions o;
+    o.model_dir = model;
+    o.work_dir = work;
+    o.bin_dir = MARLAAS_BIN_DIR;
+    o.steps = 200;  // far more than it gets to
+    o.timeout_s = 100;
+    o.quiet = true;
+    std::thread stopper([&] {
+      // Once a tenant has trained a step (steps.jsonl in its dir), ask to stop.
+      for (int i = 0; i < 6000; ++i) {
+        std::error_code ec;
+        for (const auto& e : fs::recursive_directory_iterator(work, ec))
+          if (e.path().filename() == "steps.jsonl") return pipeline::RequestStop();
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    });
+    auto run = bench::RunPipelineMode("async", 2, 1, o);
+    stopper.join();
+    if (run.ok()) return 2;
+    return run.status().code() == StatusCode::kCancelled ? 0 : 3;
+  });
+  const ChildExit e = WaitChildFor(child, 150);
+  ASSERT_TRUE(e.exited) << "timed out: " << e.timed_out << ", signal " << e.signal;
+  EXPECT_EQ(e.code, 0) << "2: it ran to the end; 3: another error";
+  std::error_code ec;
+  EXPECT_TRUE(fs::is_empty(work, ec)) << "a state dir was left in " << work;
+  // Its instance is bench<child pid>r<n>: no segment of it is left.
+  const std::string prefix = "marlaas.bench" + std::to_string(child) + "r";
+  for (const auto& f : fs::directory_iterator("/dev/shm", ec))
+    EXPECT_NE(f.path().filename().string().rfind(prefix, 0), 0u) << f.path();
+  fs::remove_all(work);
 }
 
 TEST(PipelineBenchTest, TheThreeModesTrainTheSameTenantsToTheEnd) {

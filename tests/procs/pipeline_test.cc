@@ -568,6 +568,8 @@ TEST_F(PipelineTest, AStageThatKeepsEndingIsGivenUpOnAndNamed) {
   r.timeout_s = 120;
   const auto t0 = std::chrono::steady_clock::now();
   auto report = cli::RunJobs(r);
+  ::signal(SIGINT, SIG_DFL);  // RunJobs took them for Ctrl-C: this test process's again
+  ::signal(SIGTERM, SIG_DFL);
   ASSERT_FALSE(report.ok());
   EXPECT_EQ(report.status().code(), StatusCode::kUnavailable) << report.status().ToString();
   EXPECT_NE(report.status().message().find("times in a row"), std::string::npos);
@@ -830,6 +832,8 @@ TEST_F(PipelineTest, ServeWithJobsLeavesAJobWaitingOnDiskForALaterService) {
   r.timeout_s = 240;  // a liveness bound: seconds here
   ::testing::internal::CaptureStderr();
   auto report = cli::RunJobs(r);
+  ::signal(SIGINT, SIG_DFL);  // RunJobs took them for Ctrl-C: this test process's again
+  ::signal(SIGTERM, SIG_DFL);
   const std::string err = ::testing::internal::GetCapturedStderr();
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_FALSE(report->timed_out);

@@ -43,6 +43,11 @@ TEST(StepGroupsTest, ADegenerateGroupCountsItsTokensAsSkippedWithoutKl) {
   // A second one adds to the count.
   EXPECT_TRUE(AddGroupToStep(Group({0, 0}), false, &step));
   EXPECT_EQ(step.skipped_tokens, 6 + 1 + 2);
+  // A malformed trajectory counts no tokens there either (as it adds none with a signal).
+  pb::TrajectoryGroup bad = Group({1, 1});
+  bad.mutable_trajectories(1)->set_prompt_tokens(3);  // trains on token 2 of its prompt
+  EXPECT_TRUE(AddGroupToStep(bad, false, &step));
+  EXPECT_EQ(step.skipped_tokens, 9 + 1);
 }
 
 TEST(StepGroupsTest, WithAKlTermADegenerateGroupIsTrainedWithAdvantageZero) {
