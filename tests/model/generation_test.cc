@@ -390,11 +390,21 @@ TEST(SamplerTest, SamplesFollowTheTemperatureScaledDistribution) {
   for (size_t v = 0; v < logits.size(); ++v) {
     EXPECT_NEAR(double(hits[v]) / n, want[v], 0.005) << "token " << v;
   }
+  // Under truncation the reported log-prob is still log softmax(logits / T) over the whole
+  // vocabulary, not the log of the renormalised truncated distribution.
   p.top_k = 2;
-  for (int i = 0; i < 2000; ++i) EXPECT_LT(SampleToken(logits.data(), 5, p, &rng).token, 2);
+  for (int i = 0; i < 2000; ++i) {
+    Sampled s = SampleToken(logits.data(), 5, p, &rng);
+    ASSERT_LT(s.token, 2);
+    ASSERT_NEAR(s.logprob, std::log(want[size_t(s.token)]), 1e-5) << "top-k, token " << s.token;
+  }
   p.top_k = 0;
   p.top_p = 0.5f;  // token 0 alone holds more than half the mass at T = 0.7
-  for (int i = 0; i < 2000; ++i) EXPECT_EQ(SampleToken(logits.data(), 5, p, &rng).token, 0);
+  for (int i = 0; i < 2000; ++i) {
+    Sampled s = SampleToken(logits.data(), 5, p, &rng);
+    ASSERT_EQ(s.token, 0);
+    ASSERT_NEAR(s.logprob, std::log(want[0]), 1e-5) << "top-p";
+  }
   p.greedy = true;
   EXPECT_EQ(SampleToken(logits.data(), 5, p, &rng).token, 0);
 }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 
 #include "base/file_util.h"
 #include "model/compute_threads.h"
@@ -387,6 +388,83 @@ TEST(TransformerTest, PeftExportReimportsToIdenticalWeights) {
   EXPECT_TRUE(torch::equal(a->flat(), b->flat()));
   EXPECT_EQ(b->layout().target_mask, a->layout().target_mask);
   EXPECT_EQ(b->layout().alpha, a->layout().alpha);
+  ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
+}
+
+// The header of a .safetensors file, parsed by hand: an 8-byte little-endian length, then that
+// many bytes of JSON (tensor name -> {dtype, shape, data_offsets}, plus "__metadata__").
+nlohmann::json SafetensorsHeader(const std::string& path) {
+  auto bytes = ReadFile(path);
+  EXPECT_TRUE(bytes.ok()) << bytes.status().ToString();
+  if (!bytes.ok() || bytes->size() < 8) return nullptr;
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | uint8_t((*bytes)[size_t(i)]);
+  EXPECT_LE(n, bytes->size() - 8) << path;
+  if (n > bytes->size() - 8) return nullptr;
+  return nlohmann::json::parse(bytes->substr(8, n));
+}
+
+// Our export has the layout Hugging Face PEFT writes: for the rank and target modules of the
+// adapter PEFT saved in tests/data/llama/lora, adapter_model.safetensors holds exactly the same
+// tensor names with the same dtypes and shapes, and adapter_config.json has what PEFT needs to
+// load it (r, lora_alpha, target_modules, peft_type LORA, base_model_name_or_path).
+TEST(TransformerTest, PeftExportHasTheKeysDtypesAndShapesPeftWrites) {
+  auto w = LoadOrDie(kData + "/llama");
+  ASSERT_TRUE(w);
+  const std::string fixture = kData + "/llama/lora";
+  auto fixture_cfg_text = ReadFile(fixture + "/adapter_config.json");
+  ASSERT_TRUE(fixture_cfg_text.ok());
+  const auto fixture_cfg = nlohmann::json::parse(*fixture_cfg_text);
+  const uint32_t rank = fixture_cfg.at("r").get<uint32_t>();
+  const float alpha = fixture_cfg.at("lora_alpha").get<float>();
+  uint32_t mask = 0;
+  std::set<std::string> fixture_targets;
+  for (const auto& name : fixture_cfg.at("target_modules")) {
+    fixture_targets.insert(name.get<std::string>());
+    int found = -1;
+    for (int t = 0; t < kNumLoraTargets; ++t)
+      if (name.get<std::string>() == LoraTargetName(LoraTarget(t))) found = t;
+    ASSERT_GE(found, 0) << "PEFT target " << name << " has no LoraTarget";
+    mask |= 1u << found;
+  }
+  auto a = LoraAdapter::Create(*w, rank, alpha, mask, 7);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  const std::string dir = "/tmp/marlaas_peft_layout_" + std::to_string(getpid());
+  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  ASSERT_TRUE(a->ExportPeft(dir, "tiny-llama").ok());
+
+  const nlohmann::json want = SafetensorsHeader(fixture + "/adapter_model.safetensors");
+  const nlohmann::json got = SafetensorsHeader(dir + "/adapter_model.safetensors");
+  ASSERT_TRUE(want.is_object() && got.is_object());
+  std::set<std::string> want_keys, got_keys;
+  for (const auto& [k, v] : want.items())
+    if (k != "__metadata__") want_keys.insert(k);
+  for (const auto& [k, v] : got.items())
+    if (k != "__metadata__") got_keys.insert(k);
+  // A and B for each target of each layer: the fixture is what the comparison assumes it is.
+  ASSERT_EQ(want_keys.size(), 2 * fixture_targets.size() * size_t(w->config.num_layers));
+  EXPECT_EQ(got_keys, want_keys);
+  for (const std::string& k : want_keys) {
+    if (!got.contains(k)) continue;
+    EXPECT_EQ(got[k].at("dtype"), want[k].at("dtype")) << k;
+    EXPECT_EQ(got[k].at("shape"), want[k].at("shape")) << k;
+    // The bytes the header gives it are the shape's worth of f32.
+    const auto& off = got[k].at("data_offsets");
+    uint64_t elems = 1;
+    for (const auto& d : got[k].at("shape")) elems *= d.get<uint64_t>();
+    EXPECT_EQ(off[1].get<uint64_t>() - off[0].get<uint64_t>(), elems * 4) << k;
+  }
+
+  auto cfg_text = ReadFile(dir + "/adapter_config.json");
+  ASSERT_TRUE(cfg_text.ok());
+  const auto cfg = nlohmann::json::parse(*cfg_text);
+  EXPECT_EQ(cfg.at("peft_type"), "LORA");
+  EXPECT_EQ(cfg.at("base_model_name_or_path"), "tiny-llama");
+  EXPECT_EQ(cfg.at("r"), fixture_cfg.at("r"));
+  EXPECT_DOUBLE_EQ(cfg.at("lora_alpha").get<double>(), fixture_cfg.at("lora_alpha").get<double>());
+  std::set<std::string> targets;
+  for (const auto& t : cfg.at("target_modules")) targets.insert(t.get<std::string>());
+  EXPECT_EQ(targets, fixture_targets);
   ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
 }
 

@@ -1,6 +1,7 @@
 // The service face over the control socket with the real pipeline behind it: tenants submitted,
 // watched, stopped and exported while others train, each command checked against tokens.
 #include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -14,7 +15,9 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "base/file_util.h"
@@ -404,6 +407,54 @@ pb::TenantStatus WaitForStatus(const std::string& dir, const std::string& token,
   return last;
 }
 
+// A process as /proc/<pid>/stat shows it: its parent, its state letter, its command name and
+// its start time (clock ticks since boot: tells a reused pid from the process seen before).
+struct ProcStat {
+  pid_t ppid = 0;
+  char state = 0;
+  std::string comm;
+  unsigned long long start = 0;
+};
+std::optional<ProcStat> ReadProcStat(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(f, line)) return std::nullopt;
+  const size_t open = line.find('('), close = line.rfind(')');
+  if (open == std::string::npos || close == std::string::npos) return std::nullopt;
+  ProcStat st;
+  st.comm = line.substr(open + 1, close - open - 1);
+  std::istringstream rest(line.substr(close + 2));  // fields 3 on: state ppid ...
+  std::vector<std::string> fields;
+  for (std::string x; rest >> x;) fields.push_back(x);
+  if (fields.size() < 20) return std::nullopt;
+  st.state = fields[0][0];
+  st.ppid = pid_t(std::stol(fields[1]));
+  st.start = std::stoull(fields[19]);  // field 22 of stat
+  return st;
+}
+
+// The stage processes serve `parent` has running: its children whose command is marlaas-*,
+// each with its start time.
+std::map<pid_t, unsigned long long> StagesOf(pid_t parent) {
+  std::map<pid_t, unsigned long long> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = pid_t(std::stol(name));
+    const auto st = ReadProcStat(pid);
+    if (st && st->ppid == parent && st->comm.rfind("marlaas-", 0) == 0) out[pid] = st->start;
+  }
+  return out;
+}
+
+// True when the process `pid` that started at `start` has ended: the pid is gone (ESRCH), is a
+// zombie nobody reaped yet (it was reparented) or now belongs to another process.
+bool Ended(pid_t pid, unsigned long long start) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+  const auto st = ReadProcStat(pid);
+  return !st || st->state == 'Z' || st->start != start;
+}
+
 size_t Lines(const std::string& path) {
   std::ifstream f(path);
   size_t n = 0;
@@ -462,10 +513,25 @@ TEST_F(PipelineTest, KillNineOfServeThenRestartResumesEveryTenant) {
         state_dir_, token[id], id, [](const pb::TenantStatus& t) { return t.step() >= 7; }, 120);
     ASSERT_GE(s.step(), 7u) << id << " did not train";
   }
+  // The stages serve runs now (rollout, verifier, trainer at least): they must not outlive it.
+  const std::map<pid_t, unsigned long long> stages = StagesOf(serve);
+  ASSERT_GE(stages.size(), 3u) << "serve's stage processes were not found under /proc";
   ASSERT_EQ(::kill(serve, SIGKILL), 0);
   const ChildExit killed = WaitChildFor(serve, 30);
   serve = -1;
   ASSERT_FALSE(killed.timed_out) << "serve outlived SIGKILL by 30 s";
+  const ScopeExit kill_stages([&stages] {  // a failed check below leaves none of them running
+    for (const auto& [pid, start] : stages)
+      if (!Ended(pid, start)) ::kill(pid, SIGKILL);
+  });
+  for (const auto& [pid, start] : stages) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!Ended(pid, start) && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const auto st = ReadProcStat(pid);
+    EXPECT_TRUE(Ended(pid, start))
+        << "stage pid " << pid << " (" << (st ? st->comm : "?") << ") outlived serve by 60 s";
+  }
   std::map<std::string, size_t> drops_at_kill;
   auto drops = [&](const std::string& id) {
     std::ifstream f(TenantDir(id) + "/trainer.log");

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "procs/common/pipeline.h"
@@ -39,12 +40,33 @@ class FakeHost {
   }
   ~FakeHost() { std::system(("rm -rf " + dir_).c_str()); }
 
+  // From now on Launch runs a copy of launch/marlaas-node from <this folder>/launch, beside a
+  // fake launch/marlaas (what the launcher starts serve through) that only appends its arguments
+  // to ServeCalls()'s file. False if the copy could not be made.
+  bool UseFakeServe() {
+    if (std::system(("mkdir -p " + dir_ +
+                     "/launch && cp " MARLAAS_SOURCE_DIR "/launch/marlaas-node " + dir_ +
+                     "/launch/")
+                        .c_str()) != 0)
+      return false;
+    std::ofstream f(dir_ + "/launch/marlaas");
+    f << "#!/bin/sh\necho \"$@\" >> '" << dir_ << "/serve-calls'\n";
+    f.close();
+    if (chmod((dir_ + "/launch/marlaas").c_str(), 0755) != 0) return false;
+    launcher_ = dir_ + "/launch/marlaas-node";
+    return true;
+  }
+  // What the fake launch/marlaas was called with, one call a line ("" if never).
+  std::string ServeCalls() const {
+    std::ifstream f(dir_ + "/serve-calls");
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }
+
   // Runs launch/marlaas-node with `args` and only this folder and the system's on PATH; killed
   // past 300 s (status 124 or 137), so that a launcher that hangs fails the test.
   LaunchResult Launch(const std::string& args) const {
-    const std::string cmd = "timeout -k 5 300 env -i PATH=" + dir_ +
-                            ":/usr/bin:/bin " MARLAAS_SOURCE_DIR "/launch/marlaas-node " + args +
-                            " 2>&1";
+    const std::string cmd = "timeout -k 5 300 env -i PATH=" + dir_ + ":/usr/bin:/bin " + launcher_ +
+                            " " + args + " 2>&1";
     LaunchResult r;
     FILE* p = popen(cmd.c_str(), "r");
     if (p == nullptr) return r;
@@ -57,6 +79,7 @@ class FakeHost {
 
  private:
   std::string dir_;
+  std::string launcher_ = MARLAAS_SOURCE_DIR "/launch/marlaas-node";
 };
 
 bool Has(const LaunchResult& r, const std::string& line) {
@@ -84,6 +107,20 @@ TEST(NodeLauncherTest, EightGpusSplitTwoTrainersAndSixRolloutsAndStartNothingOnA
   EXPECT_TRUE(Has(r, "rollout processes: 6 (one per rollout GPU)")) << r.out;
   EXPECT_TRUE(Has(r, "launch/marlaas serve --instance n1 --rollout-replicas 6 --state-dir /tmp/x"))
       << r.out;
+  // The same plan from a copy of the launcher whose launch/marlaas is a fake that records its
+  // calls: a dry run never calls it, a run without --dry-run calls it with the printed command.
+  ASSERT_TRUE(host.UseFakeServe());
+  const std::string instance = "nodetest" + std::to_string(getpid());
+  const LaunchResult dry =
+      host.Launch("--dry-run --instance " + instance + " -- --state-dir /tmp/x");
+  ASSERT_EQ(dry.status, 0) << dry.out;
+  EXPECT_TRUE(Has(dry, "rollout processes: 6 (one per rollout GPU)")) << dry.out;
+  EXPECT_EQ(host.ServeCalls(), "") << "a dry run started serve";
+  const LaunchResult real = host.Launch("--instance " + instance + " -- --state-dir /tmp/x");
+  ASSERT_EQ(real.status, 0) << real.out;
+  EXPECT_EQ(host.ServeCalls(),
+            "serve --instance " + instance + " --rollout-replicas 6 --state-dir /tmp/x\n")
+      << real.out;
 }
 
 TEST(NodeLauncherTest, OneGpuIsSharedAndFlagsOverrideTheDefault) {

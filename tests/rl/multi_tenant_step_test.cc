@@ -295,20 +295,33 @@ TEST(MultiTenantStepTest, PositiveAdvantageRaisesTheCompletionsLogProb) {
   model::Transformer model(w);
   Tenant t = MakeTenant(*w, 4, (1u << kNumLoraTargets) - 1, 9, 1, 1.0f);
   t.completions[0].advantage = 1.0f;
-  auto logprob = [&] {
+  ASSERT_EQ(t.temperature, 1.0f);
+  // The current adapter's log-prob of each token given those before it (temperature 1); 0 at
+  // positions that are not trained.
+  auto token_logprobs = [&] {
     torch::NoGradGuard g;
     model::LoraRouting r{{t.adapter.get()}, {0}};
     const auto& c = t.completions[0];
     auto ids = torch::tensor(std::vector<int64_t>(c.tokens.begin(), c.tokens.end())).unsqueeze(0);
     auto lp = torch::log_softmax(model.Forward(ids, &r)[0], -1);
-    double s = 0;
+    std::vector<float> out(c.tokens.size(), 0.0f);
     for (size_t i = 1; i < c.tokens.size(); ++i)
-      if (c.loss_mask[i]) s += lp[int64_t(i) - 1][c.tokens[i]].item<double>();
+      if (c.loss_mask[i]) out[i] = lp[int64_t(i) - 1][c.tokens[i]].item<float>();
+    return out;
+  };
+  auto logprob = [&] {
+    double s = 0;
+    for (float x : token_logprobs()) s += x;
     return s;
   };
   const double before = logprob();
   for (int i = 0; i < 5; ++i) {
     // On-policy: record the current log-probs as behaviour, as the rollout would.
+    Completion& c = t.completions[0];
+    ASSERT_EQ(c.loss_mask[0], 0);  // position 0 has no preceding token to predict it
+    const std::vector<float> current = token_logprobs();
+    for (size_t j = 0; j < c.tokens.size(); ++j)
+      if (c.loss_mask[j]) c.behaviour_logprobs[j] = current[j];
     std::vector<TenantStep> steps = {StepOf(t)};
     steps[0].grpo.kl_beta = 0;
     MultiTenantStep(model, steps);

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <new>
+#include <thread>
 
 #include "tests/test_util.h"
 
@@ -101,12 +102,26 @@ TEST(SeqlockTest, AWriterKilledMidStoreFailsReadersAtOnceUntilTheNextStore) {
   const double waited =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(waited, 5.0) << "the reader waited for its deadline on a dead writer";
-  // A writer mid-store that is alive (this process) is waited for, up to the deadline.
+  // A writer mid-store that is alive (this process) is waited for, up to the deadline: a read
+  // with a short deadline fails only once that deadline has passed (not at once, as above) ...
   SeqlockCellTestPeer::BeginStore(cell);
-  EXPECT_FALSE(cell->Load(&out, Deadline::AfterMs(50)));
-  // The next store repairs the cell.
-  w.v[0] = 8;
-  cell->Store(w);
+  const Deadline shortly = Deadline::AfterMs(50);
+  EXPECT_FALSE(cell->Load(&out, shortly));
+  EXPECT_TRUE(shortly.Expired()) << "the reader gave up on a live writer before its deadline";
+  // ... and one with a long deadline gets the value that the writer then finishes storing (the
+  // next store also repairs the cell).
+  std::atomic<int> storing{0};
+  std::thread finisher([&] {
+    storing.store(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    w.v[0] = 8;
+    cell->Store(w);
+  });
+  while (storing.load() == 0) std::this_thread::yield();
+  const bool got = cell->Load(&out, Deadline::AfterMs(20000));
+  finisher.join();
+  ASSERT_TRUE(got) << "the reader did not wait for the live writer's store";
+  EXPECT_EQ(out.v[0], 8u);
   ASSERT_TRUE(cell->Load(&out));
   EXPECT_EQ(out.v[0], 8u);
 }

@@ -9,6 +9,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "sandbox/calculator.h"
 #include "tasks/task.h"
 
 namespace marlaas::tasks {
@@ -100,6 +101,43 @@ TEST_P(TaskTest, ExamplesRoundTripThroughJsonl) {
 
 INSTANTIATE_TEST_SUITE_P(Builtin, TaskTest, ::testing::ValuesIn(BuiltinTaskNames()),
                          [](const auto& info) { return info.param; });
+
+// The arithmetic reference is the value of the prompt's expression, worked out here by the
+// calculator tool's evaluator (sandbox/calculator.h, not the generator's own arithmetic): the
+// right-answer check above only replays the reference, so a generator that computed a wrong
+// value would pass it.
+TEST(TasksTest, ArithmeticReferencesAreTheValueOfThePromptsExpression) {
+  auto task = *MakeTask("arithmetic");
+  for (int difficulty = 1; difficulty <= 5; ++difficulty) {
+    int products = 0, three_operands = 0;
+    for (uint64_t seed = 0; seed < 20; ++seed) {
+      for (uint64_t i = 0; i < 50; ++i) {
+        const TaskExample e = task->Example(seed, i, difficulty);
+        const std::string head = "Q: ", tail = "=\nA:";
+        ASSERT_GT(e.prompt.size(), head.size() + tail.size()) << e.prompt;
+        ASSERT_EQ(e.prompt.substr(0, head.size()), head) << e.prompt;
+        ASSERT_EQ(e.prompt.substr(e.prompt.size() - tail.size()), tail) << e.prompt;
+        const std::string expr =
+            e.prompt.substr(head.size(), e.prompt.size() - head.size() - tail.size());
+        // Only digits and + - *: the evaluator's grammar has nothing else for them to mean.
+        ASSERT_EQ(expr.find_first_not_of("0123456789+-*"), std::string::npos) << expr;
+        products += expr.find('*') != std::string::npos;
+        three_operands +=
+            expr.find_first_of("+-*", expr.find_first_of("+-*") + 1) != std::string::npos;
+        const auto value = sandbox::EvaluateExpression(expr);
+        ASSERT_TRUE(value.ok()) << expr << ": " << value.status().ToString();
+        EXPECT_EQ(*value, e.reference) << "seed " << seed << " index " << i << ": " << expr;
+      }
+    }
+    // The operators each difficulty promises are there to be checked.
+    if (difficulty >= 3) {
+      EXPECT_GT(products, 0) << difficulty;
+    } else {
+      EXPECT_EQ(products, 0) << difficulty;
+    }
+    EXPECT_EQ(three_operands, difficulty == 5 ? 1000 : 0) << difficulty;
+  }
+}
 
 TEST(TasksTest, UnknownTasksAndBadJsonlAreRefused) {
   EXPECT_EQ(MakeTask("chess").status().code(), StatusCode::kNotFound);
