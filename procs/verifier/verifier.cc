@@ -490,7 +490,7 @@ Status RunVerifier(const pipeline::StageArgs& args) {
     MARLAAS_ASSIGN_OR_RETURN(RingConsumer ring, RingConsumer::Attach({args.instance, name}));
     MARLAAS_ASSIGN_OR_RETURN(RingProducer tools,
                              RingProducer::Attach({args.instance, pipeline::ToolRingName(r)}));
-    inputs.push_back(Input{name, std::move(ring), std::move(tools), {}});
+    inputs.push_back(Input{name, std::move(ring), std::move(tools), {}, {}, {}, 0});
   }
   MARLAAS_ASSIGN_OR_RETURN(RingProducer scored,
                            RingProducer::Attach({args.instance, pipeline::kScoredRing}));

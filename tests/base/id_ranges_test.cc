@@ -21,7 +21,9 @@ void ExpectSame(const IdRanges& got, const std::set<uint64_t>& want) {
   for (size_t i = 0; i < ranges.size(); ++i) {
     const auto [first, last] = ranges[i];
     ASSERT_LE(first, last);
-    if (i > 0) ASSERT_GT(first, ranges[i - 1].second + 1) << "adjacent or overlapping ranges";
+    if (i > 0) {
+      ASSERT_GT(first, ranges[i - 1].second + 1) << "adjacent or overlapping ranges";
+    }
     for (uint64_t id = first;; ++id) {
       ASSERT_TRUE(want.count(id)) << id << " is in a range but was never inserted";
       ++covered;
