@@ -291,6 +291,26 @@ TEST_F(PipelineTest, FourTenantsLearnTogether) {
 // task and settings progress together, whatever else runs. (The rollout used to hand the slots
 // that finished groups freed to the first tenants in its order, from wherever the turn had
 // stopped: an 8-tenant demo had one arithmetic tenant at step 0 while its twin was at 26.)
+// max_staleness 0 in the async service (not lockstep): the rollout starts a tenant's next
+// groups only once the trainer has retired the last ones and published their adapter, so every
+// group is trained at staleness 0 and none is dropped as stale, beside a tenant allowed 1.
+TEST_F(PipelineTest, AnAsyncTenantWithStalenessZeroTrainsOnlyFreshGroups) {
+  StartService();
+  pb::JobSpec fresh = SmallJob("fresh", "arithmetic", 8, 3);
+  fresh.set_max_staleness(0);
+  ASSERT_TRUE(service_->Admit(fresh).ok());
+  ASSERT_TRUE(service_->Admit(SmallJob("other", "countdown", 8, 4)).ok());
+  ASSERT_TRUE(RunUntil([&] { return service_->AllDone(); }, 120)) << "training did not finish";
+  for (const serve::TenantView& t : service_->Tenants()) {
+    EXPECT_EQ(t.record.state, TenantState::kFinished) << t.record.id;
+    if (t.record.id != "fresh") continue;
+    EXPECT_EQ(t.trainer.steps, 8u);
+    EXPECT_GT(t.trainer.staleness[0], 0u);
+    for (int b = 1; b < kStalenessBuckets; ++b) EXPECT_EQ(t.trainer.staleness[b], 0u) << b;
+    EXPECT_EQ(t.trainer.groups_dropped, 0u) << ReadAll(TenantDir("fresh") + "/trainer.log");
+  }
+}
+
 TEST_F(PipelineTest, TwinTenantsProgressTogether) {
   StartService();
   constexpr int kSteps = 10;
