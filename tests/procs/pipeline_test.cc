@@ -303,7 +303,7 @@ TEST_F(PipelineTest, AnAsyncTenantWithStalenessZeroTrainsOnlyFreshGroups) {
   ASSERT_TRUE(RunUntil([&] { return service_->AllDone(); }, 120)) << "training did not finish";
   for (const serve::TenantView& t : service_->Tenants()) {
     EXPECT_EQ(t.record.state, TenantState::kFinished) << t.record.id;
-    if (t.record.id != "fresh") continue;
+    if (std::string(t.record.id) != "fresh") continue;
     EXPECT_EQ(t.trainer.steps, 8u);
     EXPECT_GT(t.trainer.staleness[0], 0u);
     for (int b = 1; b < kStalenessBuckets; ++b) EXPECT_EQ(t.trainer.staleness[b], 0u) << b;
