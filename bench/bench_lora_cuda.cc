@@ -216,10 +216,10 @@ int Main(int argc, char** argv) {
   // A launch that failed timed nothing (-1): the bench fails rather than print a partial table.
   int failed = 0;
   for (const Row& r : rows) failed += r.us < 0;
-  return FinishBench(args, json,
-                     {Target{"BGMV bf16 b64 r16 h4096: 32 distinct adapters / 1 shared (time)",
-                             ratio, 1.5, false},
-                      Target{"operations that failed to run", double(failed), 0, false}});
+  return FinishBench(
+      args, json,
+      {Target{"BGMV bf16 b64 r16 h4096: 32 distinct adapters / 1 shared (time)", ratio, 1.5, false},
+       Target{"operations that failed to run", double(failed), 0, false}});
 }
 
 }  // namespace
