@@ -38,7 +38,9 @@ Status FieldError(const std::string& field, const std::string& what) {
   return Status(StatusCode::kInvalidArgument, "job spec field '" + field + "': " + what);
 }
 
+// Whole numbers in full (3600000, not 3.6e+06), others with 6 significant digits.
 std::string Num(double v) {
+  if (std::abs(v) < 1e15 && v == std::floor(v)) return std::to_string(int64_t(v));
   std::ostringstream s;
   s << v;
   return s.str();
@@ -207,6 +209,8 @@ Status ValidateJobSpec(const pb::JobSpec& s) {
   MARLAAS_RETURN_IF_ERROR(Range(s.has_max_staleness(), s.max_staleness(), 0, 16, "max_staleness"));
   MARLAAS_RETURN_IF_ERROR(
       Range(s.has_checkpoint_every(), s.checkpoint_every(), 1, 1000000, "checkpoint_every"));
+  MARLAAS_RETURN_IF_ERROR(Range(s.has_tool_result_timeout_ms(), s.tool_result_timeout_ms(), 100,
+                                3600000, "tool_result_timeout_ms"));
   return Status::Ok();
 }
 
@@ -250,6 +254,7 @@ void ApplyJobSpecDefaults(pb::JobSpec* s) {
   if (!s->has_max_steps()) s->set_max_steps(50);
   if (!s->has_max_staleness()) s->set_max_staleness(1);
   if (!s->has_checkpoint_every()) s->set_checkpoint_every(10);
+  if (!s->has_tool_result_timeout_ms()) s->set_tool_result_timeout_ms(30000);
 }
 
 Result<pb::JobSpec> ParseJobSpecJson(const std::string& json) {

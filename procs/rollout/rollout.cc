@@ -32,7 +32,6 @@ namespace {
 using pipeline::StageLog;
 constexpr const char* kRole = "rollout";
 constexpr size_t kMaxActiveSequences = 96;
-constexpr int64_t kToolTimeoutNs = 30'000'000'000;
 
 struct RolloutTenant {
   int row = -1;
@@ -572,13 +571,18 @@ void Rollout::ExpireToolCalls() {
   const int64_t now = MonotonicNanos();
   for (auto p = parked_.begin(); p != parked_.end();) {
     auto it = seqs_.find(p->second);
-    if (it == seqs_.end() || now - it->second->parked_at < kToolTimeoutNs) {
+    if (it == seqs_.end()) {
       ++p;
       continue;
     }
     Sequence* s = it->second.get();
-    s->group->group.set_failure("tool call " + std::to_string(p->first) +
-                                " got no result within 30 s");
+    const uint32_t timeout_ms = s->group->tenant->spec.tool_result_timeout_ms();
+    if (now - s->parked_at < int64_t(timeout_ms) * 1'000'000) {
+      ++p;
+      continue;
+    }
+    s->group->group.set_failure("tool call " + std::to_string(p->first) + " got no result within " +
+                                std::to_string(timeout_ms) + " ms (tool_result_timeout_ms)");
     p = parked_.erase(p);
     FinishSequence(s);
     seqs_.erase(it);

@@ -10,7 +10,8 @@
 //    sequences already running keep theirs; other tenants never pause.
 //  - Tool calls: a sequence that emits </tool> is parked, its call goes to the verifier, and it
 //    resumes with <result>...</result> appended when the result comes back (those tokens are
-//    masked out of the loss). A call unanswered for 30 s fails its group with that reason.
+//    masked out of the loss). A call unanswered for the tenant's tool_result_timeout_ms
+//    (default 30 s) fails its group with that reason; a result that comes later is ignored.
 //  - Restart: group ids carry the ring's producer incarnation, so they stay unique; counters and
 //    the data cursor resume from this stage's metrics segment.
 // One thread.

@@ -73,6 +73,7 @@ serve::ServiceOptions PipelineTest::Options() const {
   o.max_tenants = max_tenants_;
   o.memory_budget_bytes = memory_budget_bytes_;
   o.stage.rollout_replicas = rollout_replicas_;
+  o.stage.env_latency_ms = env_latency_ms_;
   return o;
 }
 

@@ -460,6 +460,50 @@ TEST_F(PipelineTest, ASlowTenantVerifierDoesNotHoldBackAnotherTenantsToolCalls) 
   EXPECT_EQ(held.record.state, TenantState::kRunning);
 }
 
+// A completion waits for its tool's result at most its tenant's tool_result_timeout_ms, then
+// its group fails with that reason and the trainer drops it; the result that comes later is
+// ignored. With every record held 1.5 s (median) by the modelled environment, a tenant allowed
+// 200 ms loses each group that made a call, while one on the default 30 s trains.
+TEST_F(PipelineTest, AToolResultLaterThanTheTenantsTimeoutFailsItsGroupAndNoOneElses) {
+  env_latency_ms_ = 1500;
+  StartService();
+  pb::JobSpec impatient = SmallJob("impatient", "calculator_tool", 2, 5);
+  impatient.mutable_sampling()->set_max_new_tokens(64);  // room for its tool calls
+  impatient.set_tool_result_timeout_ms(200);
+  ASSERT_TRUE(service_->Admit(impatient).ok());
+  pb::JobSpec patient = SmallJob("patient", "calculator_tool", 1, 6);
+  patient.mutable_sampling()->set_max_new_tokens(64);
+  ASSERT_TRUE(service_->Admit(patient).ok());
+  auto view = [&](const std::string& id) {
+    for (const serve::TenantView& v : service_->Tenants())
+      if (id == v.record.id) return v;
+    return serve::TenantView{};
+  };
+  ASSERT_TRUE(RunUntil(
+      [&] {
+        return view("patient").record.state == TenantState::kFinished &&
+               view("impatient").trainer.groups_dropped >= 4;
+      },
+      120))
+      << ReadAll(TenantDir("impatient") + "/trainer.log");
+  const serve::TenantView lost = view("impatient"), kept = view("patient");
+  EXPECT_GT(lost.verifier.tool_calls, 0u);
+  EXPECT_EQ(lost.trainer.steps, 0u);  // every group made a call, and every call timed out
+  const std::string log = ReadAll(TenantDir("impatient") + "/trainer.log");
+  size_t timed_out = 0;
+  for (size_t at = log.find("got no result within 200 ms (tool_result_timeout_ms)");
+       at != std::string::npos; at = log.find("got no result within 200 ms", at + 1))
+    ++timed_out;
+  EXPECT_EQ(timed_out, lost.trainer.groups_dropped) << log;
+  EXPECT_EQ(kept.trainer.steps, 1u);
+  EXPECT_EQ(kept.trainer.groups_dropped, 0u) << ReadAll(TenantDir("patient") + "/trainer.log");
+  EXPECT_GT(kept.verifier.tool_calls, 0u);
+  for (const serve::StageView& st : service_->Stages()) {
+    EXPECT_EQ(st.restarts, 0) << st.name;  // the late results were ignored, not a crash
+    EXPECT_EQ(st.engine.errors, 0u) << st.name;
+  }
+}
+
 // The demo's evaluations run several tenants at once; each result must be what it is alone, and
 // one job's failure stays its own.
 TEST(EvaluationTest, ParallelEvaluationsEqualSequentialOnesAndFailAlone) {

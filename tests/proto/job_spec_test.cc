@@ -29,6 +29,7 @@ TEST(JobSpecTest, MinimalSpecGetsDocumentedDefaults) {
   EXPECT_FLOAT_EQ(r->sampling().temperature(), 1.0f);
   EXPECT_TRUE(r->grpo().normalize_std());
   EXPECT_EQ(r->sandbox().timeout_ms(), 2000u);
+  EXPECT_EQ(r->tool_result_timeout_ms(), 30000u);
 }
 
 TEST(JobSpecTest, ExplicitValuesAndCamelCaseNamesAreKept) {
@@ -60,6 +61,8 @@ TEST(JobSpecTest, OutOfRangeValuesAreRefusedByName) {
             "job spec field 'sampling.temperature': 0 is out of range (0, 4]");
   EXPECT_EQ(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "max_staleness": 17})"),
             "job spec field 'max_staleness': 17 is out of range [0, 16]");
+  EXPECT_EQ(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "tool_result_timeout_ms": 99})"),
+            "job spec field 'tool_result_timeout_ms': 99 is out of range [100, 3600000]");
   EXPECT_NE(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "group_size": -3})")
                 .find("job spec field 'group_size'"),
             std::string::npos);
