@@ -60,6 +60,7 @@ struct TrainTenant {
   uint64_t checkpointed_retired = 0;      // retired_total at the last checkpoint
   bool finished = false;                  // reached max_steps (final checkpoint written)
   int64_t last_arrival_ns = 0;            // when the latest group was buffered
+  int64_t checkpoint_failed_ns = 0;       // when the last save failed (0: it did not)
   TenantMetrics metrics{};
 };
 
@@ -109,6 +110,10 @@ class Trainer {
                   const rl::TenantStepResult* result, int degenerate);
   Status Publish(TrainTenant* t);
   void Checkpoint(TrainTenant* t);
+  // Checkpoints each finished tenant that dropped late groups since its last checkpoint: their
+  // records are acknowledged once that is durable, one save for all a fetch brought (after a
+  // failed save, at most once a second).
+  void SaveLateDrops();
   void AckDone();
   void StoreMetrics();
   TrainTenant* Lookup(const std::string& id, uint64_t generation);
@@ -301,8 +306,10 @@ void Trainer::Checkpoint(TrainTenant* t) {
     StageLog(kRole, "tenant %s: checkpoint failed: %s", t->id.c_str(), st.ToString().c_str());
     std::snprintf(t->metrics.last_error, sizeof(t->metrics.last_error), "checkpoint: %s",
                   st.message().c_str());
+    t->checkpoint_failed_ns = MonotonicNanos();
     return;
   }
+  t->checkpoint_failed_ns = 0;
   t->checkpointed_retired = t->retired_total;
 }
 
@@ -358,8 +365,8 @@ void Trainer::HandleRecord(const RecordView& view) {
   }
   pending_by_group_[g.group_id()] = p;
   if (t->finished) {
+    // Checkpointed with the other records of this fetch (SaveLateDrops): one save for a burst.
     Retire(t, g.group_id(), "tenant finished training");
-    Checkpoint(t);
   } else if (!g.failure().empty()) {
     Retire(t, g.group_id(), g.failure());
   } else {
@@ -588,6 +595,16 @@ void Trainer::FinishStep(TrainTenant* t, const std::vector<pb::TrajectoryGroup>&
   }
 }
 
+void Trainer::SaveLateDrops() {
+  const int64_t now = MonotonicNanos();
+  for (auto& [row, t] : tenants_) {
+    if (!t->finished || t->retired_total == t->checkpointed_retired) continue;
+    // After a failed save (a full disk), try again once a second, not on every pass of the loop.
+    if (t->checkpoint_failed_ns != 0 && now - t->checkpoint_failed_ns < 1'000'000'000) continue;
+    Checkpoint(t.get());
+  }
+}
+
 void Trainer::AckDone() {
   const RecordView* last = nullptr;
   RecordView last_copy;
@@ -665,6 +682,7 @@ Status Trainer::Run() {
       break;  // timeout, or the verifier is gone for now (serve restarts it)
     }
     (void)got;
+    SaveLateDrops();
     const bool pressure =
         input_.unacked_bytes() > pipeline::PipelineRingOptions().capacity_bytes / 2;
     stepped = TrainReady(pressure);
@@ -672,7 +690,7 @@ Status Trainer::Run() {
     StoreMetrics();
   }
   for (auto& [row, t] : tenants_)
-    if (!t->finished && t->retired_total > t->checkpointed_retired) Checkpoint(t.get());
+    if (t->retired_total > t->checkpointed_retired) Checkpoint(t.get());
   AckDone();
   StoreMetrics();
   return Status::Ok();
