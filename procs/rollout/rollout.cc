@@ -542,7 +542,13 @@ void Rollout::DrainToolResults() {
       continue;
     }
     auto p = parked_.find(res.call_id());
-    if (p == parked_.end()) continue;  // a duplicate, or for a sequence lost in a restart
+    if (p == parked_.end()) {
+      StageLog(kRole,
+               "ignored the result of tool call %llu: no completion waits for it (the call timed "
+               "out, or a rollout before a restart made it)",
+               (unsigned long long)res.call_id());
+      continue;
+    }
     auto it = seqs_.find(p->second);
     if (it != seqs_.end() && it->second->traj->trajectory_id() != res.trajectory_id()) {
       StageLog(kRole, "ignored a tool result for call %llu of trajectory %llu: that call is %llu's",

@@ -504,6 +504,43 @@ TEST_F(PipelineTest, AToolResultLaterThanTheTenantsTimeoutFailsItsGroupAndNoOneE
   }
 }
 
+// Tool-call ids carry the rollout's incarnation: a rollout killed with calls in flight is
+// restarted and numbers its own calls from 1 again, and the results of its predecessor's calls,
+// held 3 s (median) by the modelled environment, arrive after it has parked calls of its own.
+// They must be ignored as nobody's, not given to the new calls of the same number.
+TEST_F(PipelineTest, ResultsOfAKilledRolloutsToolCallsAreNotTakenByItsSuccessor) {
+  env_latency_ms_ = 3000;
+  StartService();
+  pb::JobSpec calc = SmallJob("calc", "calculator_tool", 2, 7);
+  calc.mutable_sampling()->set_max_new_tokens(64);  // room for its tool calls
+  ASSERT_TRUE(service_->Admit(calc).ok());
+  auto view = [&] {
+    for (const serve::TenantView& v : service_->Tenants())
+      if (std::string(v.record.id) == "calc") return v;
+    return serve::TenantView{};
+  };
+  // A shared call is a group's second: calls are parked, their results seconds away.
+  ASSERT_TRUE(RunUntil([&] { return view().rollout.tool_calls_shared > 0; }, 60));
+  ASSERT_EQ(view().verifier.tool_calls, 0u) << "results came back before the kill";
+  const pid_t pid = service_->StagePid("rollout");
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  WaitDead(pid);
+  ASSERT_TRUE(RunUntil([&] { return service_->AllDone() && Drained(); }, 120))
+      << ReadAll(state_dir_ + "/logs/rollout.log");
+  const serve::TenantView t = view();
+  EXPECT_EQ(t.record.state, TenantState::kFinished);
+  EXPECT_EQ(t.trainer.steps, 2u);
+  EXPECT_EQ(t.trainer.groups_dropped, 0u) << ReadAll(TenantDir("calc") + "/trainer.log");
+  const std::string log = ReadAll(state_dir_ + "/logs/rollout.log");
+  EXPECT_NE(log.find("ignored the result of tool call"), std::string::npos)
+      << "no result of the killed rollout's calls reached its successor:\n"
+      << log;
+  EXPECT_EQ(log.find("ignored a tool result for call"), std::string::npos)
+      << "a result was matched to another completion's call by its number:\n"
+      << log;
+}
+
 // The demo's evaluations run several tenants at once; each result must be what it is alone, and
 // one job's failure stays its own.
 TEST(EvaluationTest, ParallelEvaluationsEqualSequentialOnesAndFailAlone) {
