@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -10,6 +9,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "base/deadline.h"
 #include "procs/serve/tenant_status.h"
 
 namespace marlaas::serve {
@@ -157,32 +157,72 @@ Result<MetricsHttp> MetricsHttp::Listen(int port) {
   return h;
 }
 
-MetricsHttp::MetricsHttp(MetricsHttp&& o) noexcept : fd_(o.fd_), port_(o.port_) { o.fd_ = -1; }
+MetricsHttp::MetricsHttp(MetricsHttp&& o) noexcept
+    : fd_(o.fd_), port_(o.port_), clients_(std::move(o.clients_)) {
+  o.fd_ = -1;
+  o.clients_.clear();
+}
 
 MetricsHttp::~MetricsHttp() {
+  for (const Client& c : clients_) ::close(c.fd);
   if (fd_ >= 0) ::close(fd_);
 }
 
-void MetricsHttp::Serve(const std::function<std::string()>& make_body) {
-  for (;;) {
-    const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (c < 0) return;
-    // Read the request head briefly (a scraper sends it at once), then answer and close.
-    pollfd p{c, POLLIN, 0};
+bool MetricsHttp::Advance(Client* c, const std::function<const std::string&()>& reply) {
+  constexpr size_t kMaxRequest = 8192;  // a scraper's head is a few hundred bytes
+  while (c->reply.empty()) {
     char buf[2048];
-    if (::poll(&p, 1, 200) == 1) (void)!::recv(c, buf, sizeof(buf), MSG_DONTWAIT);
-    const std::string body = make_body();
-    const std::string reply =
-        "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
-        "Content-Length: " +
-        std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
-    size_t sent = 0;
-    for (int tries = 0; sent < reply.size() && tries < 100; ++tries) {
-      const ssize_t n = ::send(c, reply.data() + sent, reply.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) break;
-      sent += size_t(n);
+    const ssize_t n = ::recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;  // more to come
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    c->request.append(buf, size_t(n));
+    // The head is complete at its blank line; a client that sent what it had and shut its side
+    // (n == 0) or sent too much is answered with what came.
+    if (n == 0 || c->request.find("\r\n\r\n") != std::string::npos ||
+        c->request.find("\n\n") != std::string::npos || c->request.size() >= kMaxRequest) {
+      const std::string& body = reply();
+      c->reply = "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: " +
+                 std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
     }
-    ::close(c);
+  }
+  while (c->sent < c->reply.size()) {
+    const ssize_t n = ::send(c->fd, c->reply.data() + c->sent, c->reply.size() - c->sent,
+                             MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;  // its buffer is full
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    c->sent += size_t(n);
+  }
+  return false;  // answered
+}
+
+void MetricsHttp::Serve(const std::function<std::string()>& make_body) {
+  const int64_t now = MonotonicNanos();
+  for (int accepted = 0; accepted < 64; ++accepted) {  // a flood of connections cannot hold us
+    const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) break;  // none waiting (or an error for that one client only)
+    if (clients_.size() >= kMaxClients) {
+      ::close(fd);  // full: a scraper retries at its next interval
+      continue;
+    }
+    clients_.push_back(Client{fd, now + int64_t(kClientSeconds * 1e9), {}, {}, 0});
+  }
+  std::string body;
+  bool made = false;
+  auto reply = [&]() -> const std::string& {
+    if (!made) body = make_body();
+    made = true;
+    return body;
+  };
+  for (size_t i = 0; i < clients_.size();) {
+    Client& c = clients_[i];
+    if (Advance(&c, reply) && now < c.deadline_ns) {
+      ++i;
+      continue;
+    }
+    ::close(c.fd);
+    clients_.erase(clients_.begin() + std::ptrdiff_t(i));
   }
 }
 
