@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "base/file_util.h"
 #include "procs/serve/control_frame.h"
@@ -29,16 +30,29 @@ Result<pb::ControlReply> CallService(const std::string& state_dir, pb::ControlRe
   if (path.size() >= sizeof(addr.sun_path))
     return Status(StatusCode::kInvalidArgument, "control socket path too long: " + path);
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const auto deadline = serve::Clock::now() + std::chrono::milliseconds(timeout_ms);
+  // Non-blocking: a blocking connect to a service whose backlog is full (a service that stopped
+  // accepting) would wait with no end; on a Unix socket it says EAGAIN instead, and we try again
+  // until the deadline.
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return ErrnoStatus("socket", errno);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+  for (;;) {
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) break;
     const int e = errno;
+    if ((e == EAGAIN || e == EINTR) && serve::Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
     ::close(fd);
+    if (e == EAGAIN) {
+      return Status(StatusCode::kTimeout,
+                    "the service on " + path + " accepted no connection within " +
+                        std::to_string(timeout_ms) + " ms (its queue of connections is full)");
+    }
     return Status(StatusCode::kUnavailable,
                   "no service is listening on " + path + " (" + std::strerror(e) +
                       "): start one with `marlaas serve --state-dir " + state_dir + "`");
   }
-  const auto deadline = serve::Clock::now() + std::chrono::milliseconds(timeout_ms);
   Status st = serve::WriteFrame(fd, request.SerializeAsString(), deadline);
   Result<std::string> frame = st.ok() ? serve::ReadFrame(fd, deadline) : Result<std::string>(st);
   ::close(fd);

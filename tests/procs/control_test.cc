@@ -191,6 +191,37 @@ TEST(ControlServerTest, AtTheConnectionCapANewClientWaitsForASlot) {
   for (int fd : idle) ::close(fd);
 }
 
+// A service that stopped accepting (hung) with its queue of connections full: the client gives up
+// at its deadline with that reason instead of waiting in connect() for ever. The call runs in a
+// child, so a connect() that blocked would show as a child killed at the test's bound.
+TEST(ControlClientTest, AFullQueueOfAServiceThatAcceptsNothingTimesOutTheCall) {
+  const testing::ScopedTempDir tmp("ctl-full");
+  const std::string path = tmp.path() + "/control.sock";
+  const int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  testing::ScopeExit close_listener([listener] { ::close(listener); });
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(listener, 0), 0);  // a queue of one
+  const int queued = Connect(path);     // fills it; never accepted
+  testing::ScopeExit close_queued([queued] { ::close(queued); });
+  const pid_t child = testing::ForkChild([&] {
+    auto reply = cli::CallService(tmp.path(), StopRequest(7, "never"), 500);
+    if (reply.ok()) return 1;
+    if (reply.status().code() != StatusCode::kTimeout) return 2;
+    return reply.status().message().find("accepted no connection within 500 ms") ==
+                   std::string::npos
+               ? 3
+               : 0;
+  });
+  const testing::ChildExit e = testing::WaitChildFor(child, 20);
+  EXPECT_FALSE(e.timed_out) << "the call waited in connect() past its deadline";
+  EXPECT_TRUE(e.exited && e.code == 0) << "code " << e.code << " (1: answered, 2: not a timeout, "
+                                       << "3: the message does not say why)";
+}
+
 // Connections on which nothing moves for the idle timeout are closed (a quiet one, one that
 // stopped in the middle of a frame), each client sees its end of the socket close, and a client
 // that sends its request and reads its reply is answered as before.
