@@ -1,6 +1,7 @@
 #include "base/file_util.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -63,10 +64,20 @@ Status SyncPath(const std::string& path) {
 }
 
 Result<std::string> ReadFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT) return Status(StatusCode::kNotFound, "no file " + path);
     return ErrnoStatus("open " + path, errno);
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const bool folder = S_ISDIR(st.st_mode);
+    ::close(fd);
+    return Status(StatusCode::kInvalidArgument,
+                  path + (folder ? " is a folder, not a file"
+                                 : " is not a regular file (a pipe or device: reading it could "
+                                   "wait for ever)"));
   }
   std::string out;
   char buf[65536];

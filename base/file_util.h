@@ -12,7 +12,8 @@ namespace marlaas {
 Status WriteFileAtomically(const std::string& path, const std::string& contents);
 // fsync of a file or a folder (a folder: so that the names created in it are durable).
 Status SyncPath(const std::string& path);
-// The whole file, or kNotFound / kIo naming the path.
+// The whole file, or kNotFound / kIo naming the path; kInvalidArgument for a folder, a FIFO or a
+// device (never waits for a writer).
 Result<std::string> ReadFile(const std::string& path);
 
 }  // namespace marlaas

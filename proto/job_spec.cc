@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/file_util.h"
+
 namespace marlaas {
 namespace {
 
@@ -270,11 +272,14 @@ Result<pb::JobSpec> ParseJobSpecJson(const std::string& json) {
 }
 
 Result<pb::JobSpec> LoadJobSpecFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status(StatusCode::kNotFound, "cannot open job spec " + path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  Result<pb::JobSpec> spec = ParseJobSpecJson(text.str());
+  Result<std::string> text = ReadFile(path);
+  if (!text.ok()) {
+    return Status(text.status().code(), "cannot open job spec " + path +
+                                            (text.status().code() == StatusCode::kNotFound
+                                                 ? std::string()
+                                                 : ": " + text.status().message()));
+  }
+  Result<pb::JobSpec> spec = ParseJobSpecJson(*text);
   if (!spec.ok()) return spec.status().Annotate(path);
   return spec;
 }

@@ -1,7 +1,8 @@
 #include "procs/common/task_source.h"
 
-#include <fstream>
+#include <sstream>
 
+#include "base/file_util.h"
 #include "sandbox/command_verifier.h"
 
 namespace marlaas::pipeline {
@@ -14,8 +15,11 @@ Result<std::unique_ptr<TaskSource>> TaskSource::ForJob(const pb::JobSpec& spec) 
     return s;
   }
   const std::string& path = spec.dataset().jsonl_path();
-  std::ifstream in(path);
-  if (!in) return Status(StatusCode::kNotFound, "dataset " + path + " cannot be read");
+  Result<std::string> text = ReadFile(path);
+  if (!text.ok())
+    return Status(text.status().code(),
+                  "dataset " + path + " cannot be read: " + text.status().message());
+  std::istringstream in(*text);
   std::string line;
   size_t n = 0;
   while (std::getline(in, line)) {

@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -782,6 +783,13 @@ TEST_F(PipelineTest, AdmissionRefusesWhatTheStagesCouldNotServeAndChangesNothing
   Status st = service_->Admit(missing);
   EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
   EXPECT_NE(st.message().find("no-such.jsonl cannot be read"), std::string::npos) << st.message();
+  pb::JobSpec fifo = missing;  // a pipe: refused at once, not read until a writer comes
+  fifo.mutable_dataset()->set_jsonl_path(state_dir_ + "/data.fifo");
+  ASSERT_EQ(::mkfifo(fifo.dataset().jsonl_path().c_str(), 0600), 0);
+  st = service_->Admit(fifo);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("data.fifo is not a regular file"), std::string::npos)
+      << st.message();
   const std::string data = state_dir_ + "/empty-prompt.jsonl";
   std::ofstream(data) << R"({"id":"1","prompt":"Q: 1+1=","reference":"2"})"
                       << "\n"

@@ -1,0 +1,45 @@
+// ReadFile: a file's bytes; a missing one is kNotFound; a folder, and a FIFO with no writer, are
+// refused by name without waiting (a dataset path naming a FIFO once blocked serve's admission).
+#include "base/file_util.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
+
+#include "tests/test_util.h"
+
+namespace marlaas {
+namespace {
+
+TEST(FileUtilTest, ReadFileReadsFilesAndRefusesFoldersAndFifosWithoutWaiting) {
+  const testing::ScopedTempDir tmp("read-file");
+  const std::string file = tmp.path() + "/data.jsonl", fifo = tmp.path() + "/fifo";
+  std::ofstream(file, std::ios::binary) << std::string("a\0b\n", 4);
+  auto text = ReadFile(file);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_EQ(*text, std::string("a\0b\n", 4));
+
+  auto missing = ReadFile(tmp.path() + "/none");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+
+  auto folder = ReadFile(tmp.path());
+  EXPECT_EQ(folder.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(folder.status().message().find(tmp.path() + " is a folder"), std::string::npos)
+      << folder.status().message();
+
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // In a child: an open that waited for a writer shows as a child killed at the bound.
+  const pid_t child = testing::ForkChild([&] {
+    auto r = ReadFile(fifo);
+    if (r.ok()) return 1;
+    if (r.status().code() != StatusCode::kInvalidArgument) return 2;
+    return r.status().message().find(fifo + " is not a regular file") == std::string::npos ? 3 : 0;
+  });
+  const testing::ChildExit e = testing::WaitChildFor(child, 20);
+  EXPECT_FALSE(e.timed_out) << "ReadFile waited for a writer of the FIFO";
+  EXPECT_TRUE(e.exited && e.code == 0) << "code " << e.code;
+}
+
+}  // namespace
+}  // namespace marlaas
