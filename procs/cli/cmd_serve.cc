@@ -41,10 +41,12 @@ int RunServe(const std::vector<std::string>& argv) {
   }
   long long threads = 1, workers = 2, port = -1, budget_mb = 0, max_tenants = 64, replicas = 1;
   double timeout_s = 0;  // none: serve runs until its jobs are done or it is stopped
+  double stall_s = double(o.service.stall_timeout_ms) / 1000;
   const bool numbers_ok =
       TakeInteger(&args, "serve", "--threads", 1, 256, &threads) &&
       TakeInteger(&args, "serve", "--verifier-workers", 1, 256, &workers) &&
       TakeNumber(&args, "serve", "--timeout-s", 0, 1e9, &timeout_s) &&
+      TakeNumber(&args, "serve", "--stall-timeout-s", 0, 1e6, &stall_s) &&
       TakeInteger(&args, "serve", "--metrics-port", 0, 65535, &port) &&
       TakeInteger(&args, "serve", "--memory-budget-mb", 1, 1LL << 30, &budget_mb) &&
       TakeInteger(&args, "serve", "--max-tenants", 1, kMaxTenants, &max_tenants) &&
@@ -66,6 +68,7 @@ int RunServe(const std::vector<std::string>& argv) {
   o.service.stage.verifier_workers = int(workers);
   o.service.stage.rollout_replicas = int(replicas);
   o.timeout_s = timeout_s;
+  o.service.stall_timeout_ms = int64_t(stall_s * 1000);
   if (o.service.stage.model_dir.empty()) {
     auto dir = EnsureTinyBase(o.service.stage.state_dir, nullptr, nullptr);
     if (!dir.ok()) {

@@ -197,6 +197,7 @@ Status Service::Spawn(Stage* stage) {
   }
   stage->pid = pid;
   stage->spawned_mono_ns = spawned;
+  stage->stalled_ms = 0;
   return Status::Ok();
 }
 
@@ -412,14 +413,33 @@ void Service::Tick() {
                             st.name + ".log. Unfinished tenants resume on the next start.");
     }
   };
-  for (Stage& st : stages_) {
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    Stage& st = stages_[i];
+    if (st.pid > 0 && st.stalled_ms == 0 && options_.stall_timeout_ms > 0) {
+      // Alive but hung: its loop has stopped updating its metrics since it became ready.
+      auto e = metrics_[i].LoadEngine();
+      if (e.ok() && e->started_mono_ns >= st.spawned_mono_ns) {
+        // (Its first store, at ready, may carry only the start time.)
+        const int64_t last = std::max(e->started_mono_ns, e->updated_mono_ns);
+        const int64_t quiet_ms = (MonotonicNanos() - last) / 1'000'000;
+        if (quiet_ms > options_.stall_timeout_ms) {
+          std::fprintf(stderr,
+                       "[serve] %s: pid %d has not updated its metrics for %lld ms; killing it\n",
+                       st.name.c_str(), int(st.pid), (long long)quiet_ms);
+          st.stalled_ms = quiet_ms;
+          kill(st.pid, SIGKILL);
+        }
+      }
+    }
     if (st.pid > 0) {
       int status = 0;
       if (waitpid(st.pid, &status, WNOHANG) == st.pid) {
-        ended(st,
-              "pid " + std::to_string(st.pid) + " " +
-                  (WIFSIGNALED(status) ? "was killed by signal " + std::to_string(WTERMSIG(status))
-                                       : "exited with " + std::to_string(WEXITSTATUS(status))));
+        ended(st, "pid " + std::to_string(st.pid) + " " +
+                      (st.stalled_ms > 0 ? "was killed after " + std::to_string(st.stalled_ms) +
+                                               " ms without progress (stall_timeout_ms)"
+                       : WIFSIGNALED(status)
+                           ? "was killed by signal " + std::to_string(WTERMSIG(status))
+                           : "exited with " + std::to_string(WEXITSTATUS(status))));
       }
     }
     if (st.pid == 0 && st.crashes_in_row >= kGiveUpAfterCrashes) continue;

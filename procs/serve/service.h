@@ -37,6 +37,11 @@ struct ServiceOptions {
   // Admission: the summed EstimateTenantBytes (admission.h) of the tenants not yet finished,
   // stopped or failed may not exceed this (0: no budget).
   uint64_t memory_budget_bytes = 0;
+  // A running stage whose engine metrics have not been updated for this long (a hung process:
+  // stopped, deadlocked, stuck in a device call) is killed and restarted like a crashed one
+  // (0: never). Stages update them at least every loop, and the trainer also after each
+  // checkpoint; a trainer step longer than this would be taken for a hang.
+  int64_t stall_timeout_ms = 300'000;
 };
 
 // One row of `Status()`: the table row plus the three stages' counters for the tenant.
@@ -91,7 +96,8 @@ class Service {
   // before) is logged and stays on disk for a later service; one that never can be (its dataset
   // is gone) is failed on disk with the reason. Returns the ids resumed.
   Result<std::vector<std::string>> ResumeTenants();
-  // Supervision: restarts dead stages and updates tenant states.
+  // Supervision: kills stalled stages (ServiceOptions::stall_timeout_ms), restarts dead ones and
+  // updates tenant states.
   void Tick();
   // Ok while every stage runs or is being restarted; once a stage has crashed
   // kGiveUpAfterCrashes times in a row, kUnavailable naming it, how it last ended and its log.
@@ -129,6 +135,7 @@ class Service {
     int64_t died_at = 0;
     int crashes_in_row = 0;
     int64_t spawned_mono_ns = 0;  // when the running process was forked (CLOCK_MONOTONIC)
+    int64_t stalled_ms = 0;       // > 0: the running process was killed for a stall this long
   };
   explicit Service(const ServiceOptions& o) : options_(o) {}
   Status Spawn(Stage* stage);

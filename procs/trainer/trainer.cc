@@ -311,6 +311,9 @@ void Trainer::Checkpoint(TrainTenant* t) {
   }
   t->checkpoint_failed_ns = 0;
   t->checkpointed_retired = t->retired_total;
+  // Progress for serve's stall watchdog: many tenants' checkpoints can make one pass long.
+  engine_.updated_mono_ns = MonotonicNanos();
+  metrics_.StoreEngine(engine_);
 }
 
 void Trainer::Retire(TrainTenant* t, uint64_t group_id, const std::string& drop_reason) {

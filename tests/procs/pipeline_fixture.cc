@@ -74,6 +74,7 @@ serve::ServiceOptions PipelineTest::Options() const {
   o.memory_budget_bytes = memory_budget_bytes_;
   o.stage.rollout_replicas = rollout_replicas_;
   o.stage.env_latency_ms = env_latency_ms_;
+  o.stall_timeout_ms = stall_timeout_ms_;
   return o;
 }
 

@@ -43,10 +43,11 @@ class PipelineTest : public ::testing::Test {
   std::string TenantDir(const std::string& tenant) const;
   std::string ReadAll(const std::string& path) const;
 
-  uint64_t memory_budget_bytes_ = 0;  // StartService's admission budget (0: none)
-  int max_tenants_ = 16;              // StartService's tenants at a time
-  int rollout_replicas_ = 1;          // StartService's rollout processes
-  int env_latency_ms_ = 0;            // StartService's modelled tool/environment latency
+  uint64_t memory_budget_bytes_ = 0;    // StartService's admission budget (0: none)
+  int max_tenants_ = 16;                // StartService's tenants at a time
+  int rollout_replicas_ = 1;            // StartService's rollout processes
+  int env_latency_ms_ = 0;              // StartService's modelled tool/environment latency
+  int64_t stall_timeout_ms_ = 300'000;  // StartService's stall watchdog
   std::string instance_;
   std::string state_dir_;
   std::unique_ptr<serve::Service> service_;

@@ -27,6 +27,7 @@
 #include "shm/metrics.h"
 #include "shm/ring_producer.h"
 #include "tests/procs/pipeline_fixture.h"
+#include "tests/test_util.h"
 
 namespace marlaas::testing {
 namespace {
@@ -540,6 +541,48 @@ TEST_F(PipelineTest, ResultsOfAKilledRolloutsToolCallsAreNotTakenByItsSuccessor)
   EXPECT_EQ(log.find("ignored a tool result for call"), std::string::npos)
       << "a result was matched to another completion's call by its number:\n"
       << log;
+}
+
+// A stage that is alive but hung (here: SIGSTOP) is killed once its metrics have not moved for
+// the stall timeout, and restarted; its tenant then finishes, losing nothing. Idle stages (no
+// tenant for over two timeouts) keep their metrics moving and are left alone.
+TEST_F(PipelineTest, AHungStageIsKilledAndRestartedAndIdleOnesAreLeftAlone) {
+  stall_timeout_ms_ = 3000;
+  StartService();
+  const auto restarts = [&] {
+    int n = 0;
+    for (const serve::StageView& st : service_->Stages()) n += st.restarts;
+    return n;
+  };
+  // Idle for over two timeouts: nobody is taken for hung.
+  EXPECT_FALSE(RunUntil([&] { return restarts() > 0; }, 8)) << "an idle stage was killed";
+  ASSERT_TRUE(service_->Admit(SmallJob("arith", "arithmetic", 6, 11)).ok());
+  auto steps = [&] {
+    for (const serve::TenantView& t : service_->Tenants()) return t.trainer.steps;
+    return uint64_t(0);
+  };
+  ASSERT_TRUE(RunUntil([&] { return steps() >= 2; }, 60));
+  const pid_t hung = service_->StagePid("verifier");
+  ASSERT_GT(hung, 0);
+  ASSERT_EQ(kill(hung, SIGSTOP), 0);
+  ScopeExit resume([hung] { kill(hung, SIGCONT); });  // should the watchdog fail to act
+  ASSERT_TRUE(RunUntil(
+      [&] {
+        const pid_t now = service_->StagePid("verifier");
+        return now > 0 && now != hung;
+      },
+      60))
+      << "the stopped verifier was not replaced";
+  EXPECT_FALSE(IsAlive(IdentityOf(hung)));
+  ASSERT_TRUE(RunUntil([&] { return service_->AllDone() && Drained(); }, 120))
+      << "the tenant did not finish after the restart";
+  for (const serve::StageView& st : service_->Stages())
+    EXPECT_EQ(st.restarts, st.role == "verifier" ? 1 : 0) << st.name;
+  for (const serve::TenantView& t : service_->Tenants()) {
+    EXPECT_EQ(t.record.state, TenantState::kFinished);
+    const std::set<uint64_t> produced = Produced("arith"), retired = Retired("arith");
+    for (uint64_t g : produced) EXPECT_TRUE(retired.count(g)) << "lost group " << g;
+  }
 }
 
 // The demo's evaluations run several tenants at once; each result must be what it is alone, and
