@@ -82,6 +82,23 @@ Result<PretrainReport> Pretrain(const PretrainOptions& o, const std::vector<std:
     return Status(StatusCode::kInvalidArgument,
                   "pretrain needs steps, batch >= 1 and seq_len >= 2");
   }
+  // out_dir is replaced at the end: it may only be missing, empty, or an earlier pretrain's.
+  {
+    std::error_code ec;
+    const fs::file_status st = fs::symlink_status(o.out_dir, ec);
+    if (fs::exists(st)) {
+      if (!fs::is_directory(st)) {
+        return Status(StatusCode::kInvalidArgument,
+                      o.out_dir + " is a file, not a model folder: refusing to replace it");
+      }
+      if (!fs::is_empty(o.out_dir, ec) && !FileExists(o.out_dir + "/marlaas_pretrain.json")) {
+        return Status(StatusCode::kInvalidArgument,
+                      o.out_dir +
+                          " holds other files and no earlier pretrain's marlaas_pretrain.json: "
+                          "refusing to replace it (give a new or empty folder)");
+      }
+    }
+  }
   const std::string fingerprint = Fingerprint(o, corpus);
   PretrainReport report;
   if (auto meta = ReadFile(o.out_dir + "/marlaas_pretrain.json"); meta.ok()) {

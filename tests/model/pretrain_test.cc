@@ -6,11 +6,13 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "base/file_util.h"
 #include "model/base_weights.h"
 #include "model/token_logprobs.h"
 #include "model/tokenizer.h"
+#include "tests/test_util.h"
 
 namespace marlaas::model {
 namespace {
@@ -85,6 +87,23 @@ TEST(PretrainTest, BadOptionsAreRefused) {
   EXPECT_EQ(Pretrain(o, Corpus()).status().code(), StatusCode::kInvalidArgument);
   o = Small("/tmp/unused");
   EXPECT_EQ(Pretrain(o, {"x"}).status().code(), StatusCode::kInvalidArgument);  // too short
+}
+
+// The output folder is replaced at the end; a file or another folder there is never deleted.
+TEST(PretrainTest, AnOutputThatIsAFileOrSomeoneElsesFolderIsRefusedAndKept) {
+  const testing::ScopedTempDir tmp("pretrain-out");
+  const std::string file = tmp.path() + "/job.json", folder = tmp.path() + "/notes";
+  std::ofstream(file) << "{}";
+  std::filesystem::create_directories(folder);
+  std::ofstream(folder + "/notes.txt") << "mine";
+  for (const std::string& out : {file, folder}) {
+    auto r = Pretrain(Small(out), Corpus());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << out;
+    EXPECT_NE(r.status().message().find("refusing to replace it"), std::string::npos)
+        << r.status().message();
+  }
+  EXPECT_EQ(*ReadFile(file), "{}");
+  EXPECT_EQ(*ReadFile(folder + "/notes.txt"), "mine");
 }
 
 // The fused op equals log_softmax + gather, forward and backward.
