@@ -63,6 +63,9 @@ Status CheckWritable(const std::string& json_path) {
     return Status(StatusCode::kNotFound, "--json " + json_path + ": no folder " + dir);
   if (access(dir.c_str(), W_OK) != 0)
     return ErrnoStatus("--json " + json_path + ": cannot write in " + dir, errno);
+  if (fs::is_directory(json_path, ec))
+    return Status(StatusCode::kInvalidArgument,
+                  "--json " + json_path + " is a folder: give a file name in it");
   return Status::Ok();
 }
 

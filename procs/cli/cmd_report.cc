@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "base/file_util.h"
 #include "procs/cli/base_model.h"
@@ -19,16 +20,36 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-// The JSON objects of a JSONL file; lines that do not parse (a torn last line) are skipped.
-std::vector<json> ReadJsonl(const std::string& path) {
-  std::vector<json> out;
+// A JSONL file's lines that parse as objects, with their line numbers; lines that do not parse
+// (a torn last line) are skipped.
+std::vector<std::pair<size_t, json>> ReadJsonl(const std::string& path) {
+  std::vector<std::pair<size_t, json>> out;
   std::ifstream f(path);
+  size_t n = 0;
   for (std::string line; std::getline(f, line);) {
+    ++n;
     json j = json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.is_object()) out.push_back(std::move(j));
+    if (!j.is_discarded() && j.is_object()) out.emplace_back(n, std::move(j));
   }
   return out;
 }
+
+// j[key] when it is a number; nullopt when it is missing or of another type.
+std::optional<double> NumberAt(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return std::nullopt;
+  return it->get<double>();
+}
+
+// Lines left out of the plots because a field they need is missing or mistyped: counted, and the
+// first named, so that a damaged file is reported rather than plotted wrong or fatal.
+struct Skipped {
+  size_t lines = 0;
+  std::string first;
+  void Add(const std::string& path, size_t line, const char* field) {
+    if (lines++ == 0) first = path + ":" + std::to_string(line) + " (" + field + ")";
+  }
+};
 
 // The file's text without trailing newlines and spaces, or `fallback` when it cannot be read.
 std::string ReadOr(const std::string& path, const std::string& fallback) {
@@ -64,6 +85,7 @@ int RunReport(const std::vector<std::string>& argv) {
     if (fs::exists(e.path() / "job.json")) ids.push_back(e.path().filename().string());
   std::sort(ids.begin(), ids.end());
   std::vector<ChartSeries> curves;
+  Skipped skipped;
   char row[256];
   std::string table;
   std::snprintf(row, sizeof(row), "%-24s %-17s %-10s %6s %8s %8s\n", "tenant", "task", "state",
@@ -72,28 +94,53 @@ int RunReport(const std::vector<std::string>& argv) {
   for (const std::string& id : ids) {
     const std::string dir = state_dir + "/tenants/" + id;
     const json job = json::parse(ReadOr(dir + "/job.json", "{}"), nullptr, false);
+    const std::string task = job.is_object() && job.contains("task") && job["task"].is_string()
+                                 ? job["task"].get<std::string>()
+                                 : "?";
     std::string state = ReadOr(dir + "/state", "unfinished");
     state = state.substr(0, state.find(':'));
     ChartSeries s{id, {}};
-    for (const json& step : ReadJsonl(dir + "/steps.jsonl")) {
-      if (step.contains("step") && step.contains("reward_mean"))
-        s.points.push_back({step["step"].get<double>(), step["reward_mean"].get<double>()});
+    for (const auto& [line, step] : ReadJsonl(dir + "/steps.jsonl")) {
+      const std::optional<double> x = NumberAt(step, "step"), y = NumberAt(step, "reward_mean");
+      if (x && y) {
+        s.points.push_back({*x, *y});
+      } else {
+        skipped.Add(dir + "/steps.jsonl", line, x ? "reward_mean" : "step");
+      }
     }
     const double first = s.points.empty() ? 0 : s.points.front().second;
     const double last = s.points.empty() ? 0 : s.points.back().second;
     std::snprintf(row, sizeof(row), "%-24s %-17s %-10s %6zu %8.3f %8.3f\n", id.c_str(),
-                  job.is_object() ? job.value("task", "?").c_str() : "?", state.c_str(),
-                  s.points.size(), first, last);
+                  task.c_str(), state.c_str(), s.points.size(), first, last);
     table += row;
     curves.push_back(std::move(s));
   }
   std::vector<ChartSeries> util = {{"rollout", {}}, {"trainer", {}}, {"verifier", {}}};
-  const std::vector<json> metrics = ReadJsonl(state_dir + "/metrics.jsonl");
-  const double t0 = metrics.empty() ? 0 : metrics.front().value("unix_ms", 0.0);
-  for (const json& m : metrics) {
-    if (!m.contains("utilization_now")) continue;
-    const double t = (m.value("unix_ms", 0.0) - t0) / 1000.0;
-    for (ChartSeries& s : util) s.points.push_back({t, m["utilization_now"].value(s.name, 0.0)});
+  const std::string metrics_path = state_dir + "/metrics.jsonl";
+  const std::vector<std::pair<size_t, json>> metrics = ReadJsonl(metrics_path);
+  std::optional<double> t0;
+  for (const auto& [line, m] : metrics) {
+    const std::optional<double> ms = NumberAt(m, "unix_ms");
+    if (!ms) {
+      skipped.Add(metrics_path, line, "unix_ms");
+      continue;
+    }
+    if (!t0) t0 = *ms;
+    if (!m.contains("utilization_now")) continue;  // a sample before the first interval
+    const json& now = m["utilization_now"];
+    bool complete = now.is_object();
+    std::vector<double> busy;
+    for (const ChartSeries& s : util) {
+      const std::optional<double> b = complete ? NumberAt(now, s.name.c_str()) : std::nullopt;
+      complete = complete && b.has_value();
+      busy.push_back(b.value_or(0));
+    }
+    if (!complete) {
+      skipped.Add(metrics_path, line, "utilization_now");
+      continue;
+    }
+    for (size_t i = 0; i < util.size(); ++i)
+      util[i].points.push_back({(*ms - *t0) / 1000.0, busy[i]});
   }
   Status st = WriteFileAtomically(out + "/table.txt", table);
   if (st.ok()) {
@@ -111,6 +158,12 @@ int RunReport(const std::vector<std::string>& argv) {
   }
   std::printf("%s\n%zu tenants, %zu metrics samples; report: %s\n", table.c_str(), ids.size(),
               metrics.size(), out.c_str());
+  if (skipped.lines > 0) {
+    std::fprintf(stderr,
+                 "marlaas report: left out %zu line(s) with a missing or mistyped field, the "
+                 "first at %s\n",
+                 skipped.lines, skipped.first.c_str());
+  }
   return 0;
 }
 

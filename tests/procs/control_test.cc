@@ -430,6 +430,43 @@ TEST(CommandLineTest, NumericFlagsAreCheckedAndNamed) {
   }
 }
 
+// `report` on a state dir whose files were damaged by hand: mistyped fields are left out of the
+// plots and the first such line is named; nothing aborts (a string step, a null reward, a number
+// where an object belongs, and a numeric task once killed it with an uncaught exception).
+TEST(ReportTest, MistypedFieldsInTheStateDirAreLeftOutAndNamed) {
+  const testing::ScopedTempDir tmp("report");
+  const std::string dir = tmp.path() + "/tenants/a", out = tmp.path() + "/out";
+  fs::create_directories(dir);
+  ASSERT_TRUE(WriteFileAtomically(dir + "/job.json", R"({"task": 5})").ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/steps.jsonl",
+                                  "{\"step\": 1, \"reward_mean\": 0.25}\n"
+                                  "{\"step\": \"x\", \"reward_mean\": 1}\n"
+                                  "{\"step\": 2, \"reward_mean\": null}\n"
+                                  "{\"step\": 3, \"reward_mean\": 0.5}\n")
+                  .ok());
+  ASSERT_TRUE(WriteFileAtomically(tmp.path() + "/metrics.jsonl",
+                                  "{\"unix_ms\": 1000}\n"
+                                  "{\"unix_ms\": 3000, \"utilization_now\": 5}\n"
+                                  "{\"unix_ms\": \"soon\"}\n"
+                                  "{\"unix_ms\": 5000, \"utilization_now\": {\"rollout\": 0.5, "
+                                  "\"trainer\": 0.25, \"verifier\": 0.1}}\n")
+                  .ok());
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli::RunReport({"--state-dir", tmp.path(), "--out", out}), 0);
+  (void)::testing::internal::GetCapturedStdout();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("left out 4 line(s)"), std::string::npos) << err;
+  EXPECT_NE(err.find(dir + "/steps.jsonl:2 (step)"), std::string::npos) << err;
+  auto table = ReadFile(out + "/table.txt");
+  ASSERT_TRUE(table.ok());
+  // Tenant a, task unknown, 2 plotted steps from 0.25 to 0.5.
+  EXPECT_NE(table->find("a                        ?"), std::string::npos) << *table;
+  EXPECT_NE(table->find("     2    0.250    0.500"), std::string::npos) << *table;
+  auto svg = ReadFile(out + "/utilization.svg");
+  ASSERT_TRUE(svg.ok());
+}
+
 // A bench's lists and its output file are checked before the first run (an hour of runs is not
 // lost to a typo): "8," or an empty --modes is refused, as is --json into a missing folder; a
 // sim file with a mistyped core count is named.
@@ -447,6 +484,7 @@ TEST(CliNumbersTest, BenchListsAndOutputAreCheckedBeforeAnyRun) {
       {{"pipeline", "--tenants", "8,"}, 2, "--tenants"},
       {{"pipeline", "--modes", ""}, 2, "--modes"},
       {{"pipeline", "--tenants", "1", "--json", "/nonexistent-marlaas/p.json"}, 2, "no folder"},
+      {{"pipeline", "--tenants", "1", "--json", "/tmp"}, 2, "/tmp is a folder"},
       {{"sim", "--calibrate", "p.json", "--tenants", "8,"}, 2, "--tenants"},
       {{"sim", "--calibrate", "p.json", "--modes", "async,"}, 2, "--modes"},
       {{"sim", "--calibrate", "p.json,"}, 2, "--calibrate"}};
