@@ -8,6 +8,7 @@
 
 #include "base/file_util.h"
 #include "base/utf8.h"
+#include "procs/common/checkpoint_files.h"
 #include "procs/common/pipeline.h"
 #include "procs/serve/control_frame.h"
 #include "procs/serve/tenant_status.h"
@@ -65,22 +66,46 @@ Status ControlHandler::StatusOf(const std::string& token, const pb::StatusReques
 
 Status ControlHandler::Export(const pb::ExportRequest& r) {
   if (r.out_dir().empty()) return Status(StatusCode::kInvalidArgument, "export needs --out DIR");
-  const std::string ckpts =
-      pipeline::TenantDir(service_->options().stage.state_dir, r.tenant()) + "/checkpoints";
-  auto latest = ReadFile(ckpts + "/LATEST");
-  if (!latest.ok()) {
+  constexpr const char* kExported[] = {"adapter_config.json", "adapter_model.safetensors"};
+  // The folder written into may be new, empty, or an earlier export (those two files alone):
+  // nothing else there is overwritten.
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(r.out_dir(), ec))) {
+    if (!fs::is_directory(r.out_dir(), ec))
+      return Status(StatusCode::kInvalidArgument, r.out_dir() + " is a file, not a folder");
+    for (const auto& e : fs::directory_iterator(r.out_dir(), ec)) {
+      const std::string n = e.path().filename().string();
+      if (n != kExported[0] && n != kExported[1]) {
+        return Status(StatusCode::kAlreadyExists,
+                      r.out_dir() + " holds other files (" + n +
+                          "): export into a new or empty folder, or an earlier export");
+      }
+    }
+  }
+  const std::string tenant_dir =
+      pipeline::TenantDir(service_->options().stage.state_dir, r.tenant());
+  auto dir = pipeline::LatestCheckpointDir(tenant_dir);
+  if (!dir.ok() && dir.status().code() == StatusCode::kNotFound) {
     return Status(StatusCode::kNotFound,
                   "tenant '" + r.tenant() + "' has no checkpoint yet (nothing to export)");
   }
-  std::string name = *latest;
-  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  std::error_code ec;
+  if (!dir.ok()) return dir.status();
+  // Both files checked against the checkpoint's record before anything is written.
+  std::string bytes[2];
+  for (int i = 0; i < 2; ++i) {
+    auto b = pipeline::ReadCheckedCheckpointFile(*dir, kExported[i]);
+    if (!b.ok()) {
+      return Status(b.status().code(),
+                    "the newest checkpoint is damaged, nothing exported: " + b.status().message() +
+                        " (a restart of the trainer falls back to the one "
+                        "before it)");
+    }
+    bytes[i] = std::move(*b);
+  }
   fs::create_directories(r.out_dir(), ec);
   if (ec) return Status(StatusCode::kIo, "creating " + r.out_dir() + ": " + ec.message());
-  for (const char* file : {"adapter_config.json", "adapter_model.safetensors"}) {
-    MARLAAS_ASSIGN_OR_RETURN(std::string bytes, ReadFile(ckpts + "/" + name + "/" + file));
-    MARLAAS_RETURN_IF_ERROR(WriteFileAtomically(r.out_dir() + "/" + file, bytes));
-  }
+  for (int i = 0; i < 2; ++i)
+    MARLAAS_RETURN_IF_ERROR(WriteFileAtomically(r.out_dir() + "/" + kExported[i], bytes[i]));
   return Status::Ok();
 }
 

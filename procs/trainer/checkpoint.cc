@@ -10,7 +10,7 @@
 #include <set>
 
 #include "base/file_util.h"
-#include "shm/checksum.h"
+#include "procs/common/checkpoint_files.h"
 
 namespace marlaas::trainer {
 namespace {
@@ -19,7 +19,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 const char* const kFiles[] = {"adapter_config.json", "adapter_model.safetensors", "optimizer.pt"};
-constexpr uint64_t kSeed = 0x636b7074;  // "ckpt"
 
 // step-<steps>-<groups retired>: a checkpoint saved again without a new step (a finished tenant
 // dropping late groups, a forced or final save) gets a new name, so the previous one is never
@@ -33,7 +32,7 @@ std::string CheckpointName(const CheckpointState& s) {
 
 Result<json> FileEntry(const std::string& path) {
   MARLAAS_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
-  return json{{"bytes", bytes.size()}, {"checksum", Checksum64(bytes.data(), bytes.size(), kSeed)}};
+  return json{{"bytes", bytes.size()}, {"checksum", pipeline::CheckpointChecksum(bytes)}};
 }
 
 // Loads one checkpoint folder; any mismatch names the file.
@@ -45,14 +44,8 @@ Result<LoadedCheckpoint> LoadOne(
   if (st.is_discarded() || !st.is_object() || !st.contains("files")) {
     return Status(StatusCode::kCorrupt, dir + "/state.json is not a checkpoint state (truncated?)");
   }
-  for (const char* name : kFiles) {
-    const std::string path = dir + "/" + name;
-    MARLAAS_ASSIGN_OR_RETURN(json have, FileEntry(path));
-    if (!st["files"].contains(name) || st["files"][name] != have) {
-      return Status(StatusCode::kCorrupt,
-                    path + " does not match its recorded size/checksum (truncated or altered)");
-    }
-  }
+  for (const char* name : kFiles)
+    MARLAAS_RETURN_IF_ERROR(pipeline::ReadCheckedCheckpointFile(dir, name).status());
   LoadedCheckpoint out;
   out.dir = dir;
   MARLAAS_ASSIGN_OR_RETURN(out.adapter, model::LoraAdapter::ImportPeft(dir, base));
@@ -93,14 +86,11 @@ Result<LoadedCheckpoint> LoadOne(
 // into `tmp` instead of written again, once they still match their recorded sizes and checksums
 // (a damaged one is not passed on); *files gets their entries. False, with nothing left in
 // `tmp`, when there is no such checkpoint or a link fails.
-bool LinkUnchangedFiles(const std::string& root, const CheckpointState& state,
+bool LinkUnchangedFiles(const std::string& tenant_dir, const CheckpointState& state,
                         const std::string& tmp, json* files) {
-  auto latest = ReadFile(root + "/LATEST");
+  auto latest = pipeline::LatestCheckpointDir(tenant_dir);
   if (!latest.ok()) return false;
-  std::string name = *latest;
-  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  if (name.empty() || name.find('/') != std::string::npos) return false;
-  auto text = ReadFile(root + "/" + name + "/state.json");
+  auto text = ReadFile(*latest + "/state.json");
   if (!text.ok()) return false;
   const json prev = json::parse(*text, nullptr, false);
   auto same = [&](const char* key, uint64_t want) {
@@ -112,7 +102,7 @@ bool LinkUnchangedFiles(const std::string& root, const CheckpointState& state,
     return false;
   std::error_code ec;
   for (const char* f : kFiles) {
-    fs::create_hard_link(root + "/" + name + "/" + f, tmp + "/" + f, ec);
+    fs::create_hard_link(*latest + "/" + f, tmp + "/" + f, ec);
     auto entry =
         ec ? Result<json>(Status(StatusCode::kIo, ec.message())) : FileEntry(tmp + "/" + f);
     if (!entry.ok() || !prev["files"].contains(f) || prev["files"][f] != *entry) {
@@ -140,7 +130,7 @@ Status SaveCheckpoint(const std::string& tenant_dir, const model::LoraAdapter& a
   fs::create_directories(tmp, ec);
   if (ec) return Status(StatusCode::kIo, "creating " + tmp + ": " + ec.message());
   json files = json::object();
-  if (!LinkUnchangedFiles(root, state, tmp, &files)) {
+  if (!LinkUnchangedFiles(tenant_dir, state, tmp, &files)) {
     MARLAAS_RETURN_IF_ERROR(adapter.ExportPeft(tmp, "marlaas-base"));
     try {
       torch::serialize::OutputArchive archive;

@@ -597,5 +597,51 @@ TEST_F(PipelineTest, KillNineOfServeThenRestartResumesEveryTenant) {
   EXPECT_NE(ReadAll(report + "/utilization.svg").find("polyline"), std::string::npos);
 }
 
+// export writes only a checkpoint that matches its record, and only into a new or empty folder
+// or an earlier export: a truncated adapter or a LATEST naming nothing is refused with the file
+// named and nothing written, and a folder holding other files is left as it was.
+TEST_F(PipelineTest, ExportRefusesADamagedCheckpointAndAFolderOfOtherFiles) {
+  StartService();
+  auto tokens = serve::Tokens::Open(state_dir_);
+  ASSERT_TRUE(tokens.ok()) << tokens.status().ToString();
+  serve::ControlHandler handler(service_.get(), &*tokens);
+  auto exporting = [&](const std::string& out) {
+    pb::ControlRequest r = Export("ex", out);
+    r.set_token(tokens->admin());
+    return handler.Handle(r);
+  };
+  ASSERT_TRUE(service_->Admit(SmallJob("ex", "arithmetic", 2, 61)).ok());
+  ASSERT_TRUE(RunUntil([&] { return service_->AllDone(); }, 120));
+  const std::string good = state_dir_ + "/good", mine = state_dir_ + "/mine";
+  ASSERT_TRUE(exporting(good).ok());
+  EXPECT_TRUE(exporting(good).ok()) << "an earlier export is replaced";
+  fs::create_directories(mine);
+  std::ofstream(mine + "/notes.txt") << "mine";
+  pb::ControlReply r = exporting(mine);
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("holds other files (notes.txt)"), std::string::npos) << r.error();
+  EXPECT_FALSE(fs::exists(mine + "/adapter_model.safetensors"));
+
+  const std::string ckpts = TenantDir("ex") + "/checkpoints";
+  std::string latest = ReadAll(ckpts + "/LATEST");
+  latest = latest.substr(0, latest.find('\n'));
+  const std::string weights = ckpts + "/" + latest + "/adapter_model.safetensors";
+  const auto size = fs::file_size(weights);
+  fs::resize_file(weights, size / 2);
+  r = exporting(state_dir_ + "/damaged");
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.error().find(weights + " does not match its recorded size/checksum"),
+            std::string::npos)
+      << r.error();
+  EXPECT_FALSE(fs::exists(state_dir_ + "/damaged"));
+  ASSERT_TRUE(WriteFileAtomically(ckpts + "/LATEST", "step-gone\n").ok());
+  r = exporting(state_dir_ + "/damaged");
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("LATEST names 'step-gone', which is not a checkpoint folder"),
+            std::string::npos)
+      << r.error();
+  EXPECT_FALSE(fs::exists(state_dir_ + "/damaged"));
+}
+
 }  // namespace
 }  // namespace marlaas::testing
