@@ -7,13 +7,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "base/deadline.h"
 #include "base/file_util.h"
+#include "base/utf8.h"
 #include "procs/common/task_source.h"
 #include "procs/serve/admission.h"
 #include "procs/serve/stage_gpus.h"
@@ -28,6 +33,31 @@
 
 namespace marlaas::serve {
 namespace {
+
+// What a stage said last when it stopped (pipeline::StageMain logs "stopped: <status>" as it
+// exits with an error), from the end of its log; else its last line; "" without a log. At most
+// 400 characters: the cause (a corrupt model file, a device this build cannot use) in the
+// service's own error, not only in the log.
+std::string LastStopReason(const std::string& log) {
+  std::ifstream f(log, std::ios::binary);
+  if (!f) return "";
+  f.seekg(0, std::ios::end);
+  const std::streamoff size = f.tellg();
+  const std::streamoff from = std::max<std::streamoff>(0, size - 65536);
+  f.seekg(from);
+  std::string tail((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::string last, stopped;
+  std::istringstream lines(tail);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    last = line;
+    const size_t at = line.find("] stopped: ");
+    if (at != std::string::npos) stopped = line.substr(at + 11);
+  }
+  std::string why = stopped.empty() ? last : stopped;
+  if (why.size() > 400) why = why.substr(0, 397) + "...";
+  return ValidUtf8(why);
+}
 
 namespace fs = std::filesystem;
 
@@ -406,11 +436,13 @@ void Service::Tick() {
     st.pid = 0;
     st.died_at = now;
     if (give_up && failure_.ok()) {
+      const std::string log = options_.stage.state_dir + "/logs/" + st.name + ".log";
+      const std::string why = LastStopReason(log);
       failure_ = Status(StatusCode::kUnavailable,
                         st.name + " ended " + std::to_string(st.crashes_in_row) +
-                            " times in a row within 10 s of starting (last: " + how +
-                            "); not restarting it: see " + options_.stage.state_dir + "/logs/" +
-                            st.name + ".log. Unfinished tenants resume on the next start.");
+                            " times in a row within 10 s of starting (last: " + how + ")" +
+                            (why.empty() ? "" : ", saying: " + why) + "; not restarting it: see " +
+                            log + ". Unfinished tenants resume on the next start.");
     }
   };
   for (size_t i = 0; i < stages_.size(); ++i) {

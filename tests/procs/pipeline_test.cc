@@ -687,6 +687,9 @@ TEST_F(PipelineTest, AStageThatKeepsEndingIsGivenUpOnAndNamed) {
         << m;
     EXPECT_NE(m.find("exited with"), std::string::npos) << m;
     EXPECT_NE(m.find(state_dir_ + "/logs/"), std::string::npos) << m;
+    // The cause from the stage's log, in the failure itself.
+    EXPECT_NE(m.find(", saying: "), std::string::npos) << m;
+    EXPECT_NE(m.find("no-such-model", m.find(", saying: ")), std::string::npos) << m;
     const std::string stage = m.substr(0, m.find(' '));
     // Given up: it stays down through further ticks (past the 1 s back-off), and its restart
     // count stops; the verifier, which needs no model, still runs.
