@@ -128,6 +128,13 @@ Status ValidateJobSpec(const pb::JobSpec& s) {
     if (s.verifier().command_size() == 0) {
       return FieldError("verifier.command", "required for task 'custom'");
     }
+    const std::string& program = s.verifier().command(0);
+    if (program.empty() || program[0] != '/') {
+      return FieldError("verifier.command",
+                        "its first item '" + program +
+                            "' must be the program's absolute path (like /usr/bin/python3): the "
+                            "sandbox runs it without a search path");
+    }
     size_t bytes = 0;
     for (const auto& [name, body] : s.verifier().files()) {
       if (name.empty() || name.size() > 100 || name[0] == '.' ||
@@ -294,7 +301,8 @@ Result<pb::JobSpec> LoadUserJobSpec(const std::string& path) {
   if (d->has_jsonl_path() && !d->jsonl_path().empty() && d->jsonl_path()[0] != '/') {
     std::error_code ec;
     const std::filesystem::path full = std::filesystem::absolute(dir + "/" + d->jsonl_path(), ec);
-    if (ec) return Status(StatusCode::kIo, "resolving dataset.jsonl_path: " + ec.message());
+    if (ec)
+      return Status(StatusCode::kIo, path + ": resolving dataset.jsonl_path: " + ec.message());
     d->set_jsonl_path(full.lexically_normal().string());
   }
   pb::VerifierSpec* v = spec.mutable_verifier();

@@ -61,8 +61,7 @@ int RunSubmit(const std::vector<std::string>& argv) {
   if (args.size() != 1) return Usage("marlaas submit JOB.json [--state-dir DIR]");
   auto job = LoadUserJobSpec(args[0]);
   if (!job.ok()) {
-    std::fprintf(stderr, "marlaas submit: %s: %s\n", args[0].c_str(),
-                 job.status().message().c_str());
+    std::fprintf(stderr, "marlaas submit: %s\n", job.status().message().c_str());  // names it
     return 1;
   }
   pb::ControlRequest req;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <map>
 #include <string>
 
 #include "base/device_name.h"
@@ -21,10 +22,17 @@ int RunServe(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
   RunJobsOptions o;
   std::string job;
+  std::map<std::string, std::string> file_of;  // tenant id -> the job file that names it
   while (TakeFlag(&args, "--job", &job)) {
     auto spec = LoadUserJobSpec(job);
     if (!spec.ok()) {
-      std::fprintf(stderr, "marlaas serve: %s: %s\n", job.c_str(), spec.status().message().c_str());
+      std::fprintf(stderr, "marlaas serve: %s\n", spec.status().message().c_str());
+      return 2;
+    }
+    if (auto [at, added] = file_of.emplace(spec->tenant(), job); !added) {
+      std::fprintf(stderr,
+                   "marlaas serve: %s and %s both name tenant '%s' (a tenant id is used once)\n",
+                   at->second.c_str(), job.c_str(), spec->tenant().c_str());
       return 2;
     }
     o.jobs.push_back(*spec);
@@ -82,7 +90,19 @@ int RunServe(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "marlaas serve: %s\n", report.status().ToString().c_str());
     return report.status().code() == StatusCode::kCancelled ? 130 : 1;
   }
-  return report->timed_out ? 1 : 0;
+  if (report->timed_out) return 1;
+  // With jobs, success is every tenant finished; one that failed (its reason is in the table
+  // above and in `marlaas status`) makes the exit status 1.
+  int failed = 0;
+  for (const serve::TenantView& t : report->tenants) {
+    if (t.record.state != TenantState::kFailed) continue;
+    if (failed++ == 0) std::fprintf(stderr, "marlaas serve: failed tenants:");
+    std::fprintf(stderr, " %s", t.record.id);
+  }
+  if (failed > 0)
+    std::fprintf(stderr, " (reasons: marlaas status --state-dir %s)\n",
+                 o.service.stage.state_dir.c_str());
+  return failed > 0 ? 1 : 0;
 }
 
 }  // namespace marlaas::cli

@@ -430,6 +430,20 @@ TEST(CommandLineTest, NumericFlagsAreCheckedAndNamed) {
   }
 }
 
+// Two --job files naming one tenant: refused before anything starts, both files named (the
+// second was once dropped in silence).
+TEST(CommandLineTest, ServeRefusesTwoJobFilesNamingOneTenant) {
+  const testing::ScopedTempDir tmp("serve-dup");
+  const std::string a = tmp.path() + "/a.json", b = tmp.path() + "/b.json";
+  ASSERT_TRUE(WriteFileAtomically(a, R"({"tenant": "dup", "task": "arithmetic"})").ok());
+  ASSERT_TRUE(WriteFileAtomically(b, R"({"tenant": "dup", "task": "countdown"})").ok());
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli::RunServe({"--job", a, "--job", b, "--state-dir", tmp.path() + "/state"}), 2);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find(a + " and " + b + " both name tenant 'dup'"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(tmp.path() + "/state")) << "serve started";
+}
+
 // `report` on a state dir whose files were damaged by hand: mistyped fields are left out of the
 // plots and the first such line is named; nothing aborts (a string step, a null reward, a number
 // where an object belongs, and a numeric task once killed it with an uncaught exception).

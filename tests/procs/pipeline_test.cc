@@ -15,8 +15,10 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "base/file_util.h"
 #include "base/process.h"
 #include "model/compute_threads.h"
+#include "procs/cli/cli.h"
 #include "procs/cli/run_jobs.h"
 #include "procs/common/evaluation.h"
 #include "procs/serve/control_frame.h"
@@ -385,6 +387,36 @@ TEST_F(PipelineTest, BrokenTenantVerifiersDoNotHarmOthers) {
   }
   // The supervisor did not restart anything: a broken tenant verifier never crashes a stage.
   for (const serve::StageView& s : service_->Stages()) EXPECT_EQ(s.restarts, 0) << s.role;
+}
+
+// `marlaas serve --job ...` exits 1 and names the tenants that failed, though the others
+// finished (it said 0: a script could not tell).
+TEST_F(PipelineTest, ServeExitsNonZeroAndNamesTheTenantsThatFailed) {
+  const std::string data = WriteAdditionDataset(state_dir_ + "-custom.jsonl");
+  ScopeExit remove_data([&] { fs::remove(data); });
+  const std::string good = state_dir_ + "-good.json", broken = state_dir_ + "-broken.json";
+  ScopeExit remove_jobs([&] {
+    fs::remove(good);
+    fs::remove(broken);
+  });
+  pb::JobSpec g = SmallJob("good", "arithmetic", 2, 3);
+  pb::JobSpec b = SmallJob("broken", "custom", 2, 9);
+  b.mutable_dataset()->set_jsonl_path(data);
+  b.mutable_dataset()->set_eval_prompts(2);
+  for (const char* arg : {"/bin/sh", "-c", "kill -SEGV $$"}) b.mutable_verifier()->add_command(arg);
+  ASSERT_TRUE(WriteFileAtomically(good, JobSpecToJson(g)).ok());
+  ASSERT_TRUE(WriteFileAtomically(broken, JobSpecToJson(b)).ok());
+  ::testing::internal::CaptureStderr();
+  const int rc =
+      cli::RunServe({"--job", good, "--job", broken, "--state-dir", state_dir_, "--model-dir",
+                     TestBaseModel(), "--instance", instance_, "--quiet", "--timeout-s", "200"});
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ::signal(SIGINT, SIG_DFL);  // RunJobs took them for Ctrl-C: this test process's again
+  ::signal(SIGTERM, SIG_DFL);
+  EXPECT_EQ(rc, 1) << err;
+  EXPECT_NE(err.find("failed tenants: broken (reasons: marlaas status"), std::string::npos) << err;
+  EXPECT_TRUE(fs::exists(TenantDir("good") + "/state"));
+  EXPECT_EQ(ReadAll(TenantDir("good") + "/state").rfind("finished", 0), 0u);
 }
 
 // A newest checkpoint that is found bad when the trainer restarts: the trainer resumes from the

@@ -81,6 +81,12 @@ TEST(JobSpecTest, BadNamesTasksAndTargetsAreRefused) {
   EXPECT_NE(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "verifier": {"command": ["x"]}})")
                 .find("'verifier.command'"),
             std::string::npos);
+  // The sandbox has no search path: a bare program name would fail every group at run time.
+  EXPECT_NE(ErrorOf(R"({"tenant": "a", "task": "custom", "dataset": {"jsonl_path": "/d.jsonl"},
+                        "verifier": {"command": ["python3", "v.py"]}})")
+                .find("'verifier.command': its first item 'python3' must be the program's "
+                      "absolute path"),
+            std::string::npos);
 }
 
 TEST(JobSpecTest, MalformedJsonIsRefused) {
