@@ -74,7 +74,9 @@ static void PrintHelp(FILE* out) {
 
 bool TakeFlag(std::vector<std::string>* args, const std::string& name, std::string* value) {
   for (size_t i = 0; i < args->size(); ++i) {
-    if ((*args)[i] == name && i + 1 < args->size()) {
+    // A value never starts with "--": `--job --state-dir X` lacks the job's file, and it stays
+    // behind for RejectRest or RejectOptions to name, rather than "--state-dir" taken for one.
+    if ((*args)[i] == name && i + 1 < args->size() && (*args)[i + 1].rfind("--", 0) != 0) {
       *value = (*args)[i + 1];
       args->erase(args->begin() + long(i), args->begin() + long(i) + 2);
       return true;
@@ -143,8 +145,21 @@ bool TakeSwitch(std::vector<std::string>* args, const std::string& name) {
   return false;
 }
 
+int RejectOptions(const char* command, const std::vector<std::string>& args) {
+  for (const std::string& a : args) {
+    if (a.size() < 2 || a[0] != '-') continue;
+    std::fprintf(stderr,
+                 "marlaas %s: '%s' is not an option of this command, is given twice, or lacks its "
+                 "value (see `marlaas %s --help`)\n",
+                 command, a.c_str(), command);
+    return 2;
+  }
+  return 0;
+}
+
 int RejectRest(const char* command, const std::vector<std::string>& args) {
   if (args.empty()) return 0;
+  if (int rc = RejectOptions(command, args)) return rc;
   std::fprintf(stderr, "marlaas %s: unexpected argument '%s' (see `marlaas %s --help`)\n", command,
                args[0].c_str(), command);
   return 2;

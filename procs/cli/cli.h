@@ -39,7 +39,8 @@ int RunBench(const std::vector<std::string>& args);
 int RunBenchSim(std::vector<std::string> args);  // `bench sim`
 int RunTasks(const std::vector<std::string>& args);
 
-// Small argument helper: removes "--name VALUE" from args; returns false if absent.
+// Small argument helper: removes "--name VALUE" (or "--name=VALUE") from args; returns false if
+// absent. A VALUE starting with "--" is not taken: the flag, lacking its value, stays in args.
 bool TakeFlag(std::vector<std::string>* args, const std::string& name, std::string* value);
 // Splits a comma-separated list ("1,8,32") into *out; false when it is empty or has an empty item
 // ("", "8,", ",8", "1,,8").
@@ -61,7 +62,12 @@ inline constexpr const char kSandboxRunStatuses[] =
     "limit, 6 sandbox failure, 7 memory limit (the run's cgroup)";
 // Removes a bare "--name" switch; returns whether it was present.
 bool TakeSwitch(std::vector<std::string>* args, const std::string& name);
-// Prints "marlaas NAME: unexpected argument ..." and returns 2 if args is non-empty, else 0.
+// Prints "marlaas NAME: unexpected argument ..." and returns 2 if args is non-empty, else 0
+// (for one that starts with '-': an unknown option, one given twice, or one without its value).
 int RejectRest(const char* command, const std::vector<std::string>& args);
+// After the options are taken, what is left are the positional arguments: 2, naming the first
+// that starts with '-' (an unknown option, or an option given last without its value, which
+// would otherwise be taken for a tenant or a file), else 0.
+int RejectOptions(const char* command, const std::vector<std::string>& args);
 
 }  // namespace marlaas::cli

@@ -58,6 +58,7 @@ int Usage(const char* text) {
 int RunSubmit(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
   const Common c = TakeCommon(&args);
+  if (int rc = RejectOptions("submit", args)) return rc;
   if (args.size() != 1) return Usage("marlaas submit JOB.json [--state-dir DIR]");
   auto job = LoadUserJobSpec(args[0]);
   if (!job.ok()) {
@@ -77,6 +78,7 @@ int RunStatus(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
   const Common c = TakeCommon(&args);
   const bool as_json = TakeSwitch(&args, "--json");
+  if (int rc = RejectOptions("status", args)) return rc;
   if (args.size() > 1)
     return Usage("marlaas status [TENANT] [--json] [--state-dir DIR] [--token T]");
   pb::ControlRequest req;
@@ -105,6 +107,7 @@ int RunStatus(const std::vector<std::string>& argv) {
 int RunStop(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
   const Common c = TakeCommon(&args);
+  if (int rc = RejectOptions("stop", args)) return rc;
   if (args.size() != 1) return Usage("marlaas stop TENANT [--state-dir DIR] [--token T]");
   pb::ControlRequest req;
   req.mutable_stop()->set_tenant(args[0]);
@@ -118,6 +121,7 @@ int RunExport(const std::vector<std::string>& argv) {
   const Common c = TakeCommon(&args);
   std::string out;
   TakeFlag(&args, "--out", &out);
+  if (int rc = RejectOptions("export", args)) return rc;
   if (args.size() != 1 || out.empty())
     return Usage("marlaas export TENANT --out DIR [--state-dir DIR] [--token T]");
   char* abs = ::realpath(".", nullptr);  // the service resolves paths from its own directory
@@ -136,6 +140,7 @@ int RunLogs(const std::vector<std::string>& argv) {
   const Common c = TakeCommon(&args);
   long long lines = 100;
   if (!TakeInteger(&args, "logs", "--lines", 1, 10000, &lines)) return 2;
+  if (int rc = RejectOptions("logs", args)) return rc;
   if (args.size() != 1)
     return Usage("marlaas logs TENANT [--lines N] [--state-dir DIR] [--token T]");
   pb::ControlRequest req;

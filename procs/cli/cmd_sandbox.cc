@@ -47,6 +47,7 @@ int RunSandboxRun(const std::vector<std::string>& argv) {
       !TakeInteger(&args, "sandbox-run", "--memory-mb", 16, 1 << 20, &memory_mb)) {
     return 2;
   }
+  if (int rc = RejectOptions("sandbox-run", args)) return rc;
   if (args.size() != 1 || (lang != "python" && lang != "sh")) {
     std::fprintf(stderr, "usage: marlaas sandbox-run %s\n%s\n", kSandboxRunArgs,
                  kSandboxRunStatuses);

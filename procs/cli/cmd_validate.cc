@@ -7,6 +7,7 @@
 namespace marlaas::cli {
 
 int RunValidate(const std::vector<std::string>& args) {
+  if (int rc = RejectOptions("validate", args)) return rc;
   if (args.size() != 1) {
     std::fprintf(stderr, "usage: marlaas validate JOB.json\n");
     return 2;

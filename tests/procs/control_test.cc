@@ -430,6 +430,33 @@ TEST(CommandLineTest, NumericFlagsAreCheckedAndNamed) {
   }
 }
 
+// An option given last without its value, an unknown option, or one given twice is named as
+// such; it was taken for a tenant ("no tenant '--token'") or a file ("no file --lang").
+TEST(CommandLineTest, AnOptionWithoutItsValueOrUnknownIsNamed) {
+  const testing::ScopedTempDir tmp("cli-options");
+  const struct {
+    int (*run)(const std::vector<std::string>&);
+    std::vector<std::string> args;
+    const char* named;
+  } kBad[] = {{cli::RunStatus, {"--state-dir", tmp.path(), "--token"}, "'--token'"},
+              {cli::RunStatus, {"--bogus"}, "'--bogus'"},
+              {cli::RunLogs, {"t", "--state-dir"}, "'--state-dir'"},
+              {cli::RunSandboxRun, {"--lang"}, "'--lang'"},
+              {cli::RunValidate, {"--strict"}, "'--strict'"},
+              {cli::RunServe, {"--job", "--state-dir", tmp.path() + "/s"}, "'--job'"},
+              {cli::RunReport, {"--state-dir", tmp.path(), "--out", "x", "--out", "y"}, "'--out'"}};
+  for (const auto& b : kBad) {
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(b.run(b.args), 2) << b.named;
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find(std::string(b.named) +
+                       " is not an option of this command, is given twice, or lacks its value"),
+              std::string::npos)
+        << err;
+  }
+  EXPECT_FALSE(fs::exists(tmp.path() + "/s")) << "serve started";
+}
+
 // Two --job files naming one tenant: refused before anything starts, both files named (the
 // second was once dropped in silence).
 TEST(CommandLineTest, ServeRefusesTwoJobFilesNamingOneTenant) {
