@@ -112,6 +112,8 @@ Status ControlHandler::Export(const pb::ExportRequest& r) {
 Status ControlHandler::Logs(const pb::LogsRequest& r, pb::LogsReply* out) {
   const uint32_t n = r.max_lines() == 0 ? kDefaultLogLines : std::min(r.max_lines(), kMaxLogLines);
   const std::string dir = pipeline::TenantDir(service_->options().stage.state_dir, r.tenant());
+  if (!FileExists(dir + "/job.json"))
+    return Status(StatusCode::kNotFound, "no tenant '" + r.tenant() + "'");
   // The trainer's events (drops and their reasons, checkpoint trouble), then its steps.
   std::vector<std::string> lines;
   for (const char* file : {"trainer.log", "steps.jsonl"}) {

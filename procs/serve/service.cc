@@ -19,6 +19,7 @@
 #include "base/deadline.h"
 #include "base/file_util.h"
 #include "base/utf8.h"
+#include "procs/common/checkpoint_files.h"
 #include "procs/common/task_source.h"
 #include "procs/serve/admission.h"
 #include "procs/serve/stage_gpus.h"
@@ -414,7 +415,17 @@ void Service::Settle(int row, TenantRecord rec, TenantState state, const char* r
 }
 
 Status Service::StopTenant(const std::string& tenant) {
-  MARLAAS_ASSIGN_OR_RETURN(int row, table_->Find(tenant));
+  auto found = table_->Find(tenant);
+  if (!found.ok()) {
+    // Settled before this service, or its row went to another tenant: its state file says how.
+    auto state = ReadFile(pipeline::TenantDir(options_.stage.state_dir, tenant) + "/state");
+    if (state.ok()) {
+      const std::string how = state->substr(0, state->find_first_of(":\n"));
+      return Status(StatusCode::kFailedPrecondition, "tenant '" + tenant + "' is already " + how);
+    }
+    return found.status();
+  }
+  const int row = *found;
   MARLAAS_ASSIGN_OR_RETURN(TenantRecord rec, table_->Get(row));
   if (IsSettled(rec.state)) {
     return Status(StatusCode::kFailedPrecondition,
@@ -617,7 +628,16 @@ Result<std::vector<std::string>> Service::ResumeTenants() {
       (void)WriteFileAtomically(dir + "/state", "failed: not resumed: " + st.ToString() + "\n");
       continue;
     }
-    std::fprintf(stderr, "[serve] resumed tenant %s from its checkpoints\n", id.c_str());
+    // Which checkpoint the trainer resumes from is its to decide (it falls back past damaged
+    // ones and logs why); what is on disk now says whether there is one at all.
+    auto latest = pipeline::LatestCheckpointDir(dir);
+    if (latest.ok()) {
+      std::fprintf(stderr, "[serve] resumed tenant %s from its checkpoint %s\n", id.c_str(),
+                   fs::path(*latest).filename().c_str());
+    } else {
+      std::fprintf(stderr, "[serve] resumed tenant %s from step 0: it has no checkpoint (%s)\n",
+                   id.c_str(), latest.status().message().c_str());
+    }
     resumed.push_back(id);
   }
   if (ec) return Status(StatusCode::kIo, "listing tenants: " + ec.message());

@@ -329,6 +329,15 @@ TEST_F(PipelineTest, ASettledTenantsRowAndAdapterSlotGoToTheNextTenant) {
       << "second: " << state_of("second");
   EXPECT_EQ(state_of("long"), "running") << "the long tenant stopped training meanwhile";
   ASSERT_TRUE(call(tokens->admin(), Stop("long")).ok());
+  // `first`, settled and rowless, cannot be stopped again, and says why; an unknown tenant's
+  // logs are refused as status refuses it (they were an empty reply).
+  const pb::ControlReply again = call(tokens->admin(), Stop("first"));
+  EXPECT_FALSE(again.ok());
+  EXPECT_NE(again.error().find("tenant 'first' is already finished"), std::string::npos)
+      << again.error();
+  const pb::ControlReply nobody = call(tokens->admin(), Logs("nosuch"));
+  EXPECT_FALSE(nobody.ok());
+  EXPECT_NE(nobody.error().find("no tenant 'nosuch'"), std::string::npos) << nobody.error();
 
   // Every step of `second` trained groups sampled by its own adapter versions, which never run
   // ahead of its trainer; `first` reached version 5, so its adapter would show up as newer.
