@@ -91,6 +91,14 @@ Status ModelConfig::Validate() const {
   if (head_dim % 2 != 0) return Bad("head_dim must be even for RoPE");
   if (!(rms_norm_eps > 0) || !(rope_theta > 0))
     return Bad("rms_norm_eps and rope_theta must be > 0");
+  if (max_position_embeddings < 1) return Bad("max_position_embeddings must be positive");
+  for (const auto& [name, id] : {std::pair<const char*, int>{"bos_token_id", bos_token_id},
+                                 std::pair<const char*, int>{"eos_token_id", eos_token_id}}) {
+    if (id < -1 || id >= vocab_size) {
+      return Bad(std::string(name) + " " + std::to_string(id) + " is not a token of the " +
+                 std::to_string(vocab_size) + "-token vocabulary");
+    }
+  }
   return Status::Ok();
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "model/token_logprobs.h"
+#include "model/torch_error.h"
 
 namespace marlaas::rl {
 
@@ -266,7 +267,7 @@ std::vector<TenantStepResult> MultiTenantStep(const model::Transformer& model,
         torch::nn::utils::clip_grad_norm_(std::vector<torch::Tensor>{flat}, t.grad_clip);
       t.optimizer->step();
     } catch (const std::exception& e) {
-      results[k].error = std::string("its update failed: ") + e.what();
+      results[k].error = "its update failed: " + model::TorchErrorText(e);
     }
   }
   return results;
@@ -282,14 +283,14 @@ IsolatedSteps MultiTenantStepIsolated(const model::Transformer& model,
   } catch (const std::exception& shared) {
     for (size_t k = 0; k < tenants.size(); ++k) {
       if (tenants.size() == 1) {
-        out.failed[k] = std::string("training step failed: ") + shared.what();
+        out.failed[k] = "training step failed: " + model::TorchErrorText(shared);
         break;
       }
       std::vector<TenantStep> alone = {tenants[k]};
       try {
         out.results[k] = MultiTenantStep(model, alone, share_prompts)[0];
       } catch (const std::exception& e) {
-        out.failed[k] = std::string("training step failed: ") + e.what();
+        out.failed[k] = "training step failed: " + model::TorchErrorText(e);
       }
     }
   }

@@ -67,6 +67,14 @@ Result<SandboxResult> RunSandboxed(const SandboxRequest& req) {
   if (req.argv.empty() || req.argv[0].empty() || req.argv[0][0] != '/') {
     return Status(StatusCode::kInvalidArgument, "sandbox argv[0] must be an absolute path");
   }
+  uint64_t file_bytes = 0;
+  for (const auto& [name, contents] : req.files) file_bytes += contents.size();
+  if (file_bytes > req.limits.work_dir_bytes) {
+    return Status(StatusCode::kInvalidArgument,
+                  "the run's files are " + std::to_string(file_bytes) +
+                      " bytes, more than its work dir holds (" +
+                      std::to_string(req.limits.work_dir_bytes) + " bytes)");
+  }
   const auto t0 = std::chrono::steady_clock::now();
   const bool cgroup =
       req.limits.cgroup_limits && (HostCgroupSupport().pids || HostCgroupSupport().memory);

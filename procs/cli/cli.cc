@@ -1,9 +1,12 @@
 #include "procs/cli/cli.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 namespace marlaas::cli {
 
@@ -143,6 +146,20 @@ bool TakeSwitch(std::vector<std::string>* args, const std::string& name) {
     }
   }
   return false;
+}
+
+Status CheckOutputFile(const std::string& flag, const std::string& path) {
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    return Status(StatusCode::kNotFound, flag + " " + path + ": no folder " + dir);
+  if (access(dir.c_str(), W_OK) != 0)
+    return ErrnoStatus(flag + " " + path + ": cannot write in " + dir, errno);
+  if (std::filesystem::is_directory(path, ec))
+    return Status(StatusCode::kInvalidArgument,
+                  flag + " " + path + " is a folder: give a file name in it");
+  return Status::Ok();
 }
 
 int RejectOptions(const char* command, const std::vector<std::string>& args) {

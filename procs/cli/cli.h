@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
+
 namespace marlaas::cli {
 
 struct Command {
@@ -65,6 +67,10 @@ bool TakeSwitch(std::vector<std::string>* args, const std::string& name);
 // Prints "marlaas NAME: unexpected argument ..." and returns 2 if args is non-empty, else 0
 // (for one that starts with '-': an unknown option, one given twice, or one without its value).
 int RejectRest(const char* command, const std::vector<std::string>& args);
+// Whether the file an option names can be written: its folder exists and is writable, and it is
+// not a folder itself. Checked before work whose results it is to hold (hours of benchmark runs,
+// a demo) so that they are not lost to a typo; the error names the option.
+Status CheckOutputFile(const std::string& flag, const std::string& path);
 // After the options are taken, what is left are the positional arguments: 2, naming the first
 // that starts with '-' (an unknown option, or an option given last without its value, which
 // would otherwise be taken for a tenant or a file), else 0.

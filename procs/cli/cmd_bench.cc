@@ -53,22 +53,6 @@ Status WriteOutputs(const std::string& json_path, const bench::PipelineSummary& 
                                           "tenants", "busy fraction", util));
 }
 
-// Whether FILE can be written: its folder exists and is writable (checked before the runs, so
-// that hours of runs are not lost to a typo).
-Status CheckWritable(const std::string& json_path) {
-  std::string dir = fs::path(json_path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec))
-    return Status(StatusCode::kNotFound, "--json " + json_path + ": no folder " + dir);
-  if (access(dir.c_str(), W_OK) != 0)
-    return ErrnoStatus("--json " + json_path + ": cannot write in " + dir, errno);
-  if (fs::is_directory(json_path, ec))
-    return Status(StatusCode::kInvalidArgument,
-                  "--json " + json_path + " is a folder: give a file name in it");
-  return Status::Ok();
-}
-
 int BenchPipeline(std::vector<std::string> args) {
   std::string tenants_s = "1,8,32", modes_s, json_path, work_dir, model_dir;
   TakeFlag(&args, "--tenants", &tenants_s);
@@ -121,7 +105,7 @@ int BenchPipeline(std::vector<std::string> args) {
     }
   }
   if (!json_path.empty()) {
-    if (Status st = CheckWritable(json_path); !st.ok()) {
+    if (Status st = CheckOutputFile("--json", json_path); !st.ok()) {
       std::fprintf(stderr, "marlaas bench pipeline: %s\n", st.ToString().c_str());
       return 2;
     }

@@ -109,6 +109,12 @@ int RunDemo(const std::vector<std::string>& argv) {
   const bool weak = TakeSwitch(&args, "--allow-weak-sandbox");
   const bool quiet = TakeSwitch(&args, "--quiet");
   if (int rc = RejectRest("demo", args)) return rc;
+  if (!summary_path.empty()) {
+    if (Status st = CheckOutputFile("--summary", summary_path); !st.ok()) {
+      std::fprintf(stderr, "marlaas demo: %s\n", st.message().c_str());
+      return 2;
+    }
+  }
   int tenants = 0, steps = 0, threads = 0;
   if (!ParseCount(tenants_s, 1, 64, &tenants) || !ParseCount(steps_s, 1, 100000, &steps) ||
       !ParseCount(threads_s, 1, 64, &threads)) {

@@ -201,6 +201,9 @@ void InstallStopHandlers(bool stop_with_parent) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  // A closed stdout (`marlaas serve | head`) makes a write fail with EPIPE instead of killing
+  // the process before it removes its segments.
+  signal(SIGPIPE, SIG_IGN);
   if (!stop_with_parent) return;
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() == 1) g_stop.store(true);  // the supervisor is already gone

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "base/file_util.h"
+#include "model/torch_error.h"
 #include "procs/common/checkpoint_files.h"
 
 namespace marlaas::trainer {
@@ -76,7 +77,7 @@ Result<LoadedCheckpoint> LoadOne(
     opt->load(archive);
   } catch (const std::exception& e) {
     return Status(StatusCode::kCorrupt,
-                  dir + "/optimizer.pt: " + std::string(e.what()).substr(0, 200));
+                  dir + "/optimizer.pt: " + model::TorchErrorText(e).substr(0, 200));
   }
   return out;
 }
@@ -137,7 +138,8 @@ Status SaveCheckpoint(const std::string& tenant_dir, const model::LoraAdapter& a
       optimizer.save(archive);
       archive.save_to(tmp + "/optimizer.pt");
     } catch (const std::exception& e) {
-      return Status(StatusCode::kIo, "writing " + tmp + "/optimizer.pt: " + e.what());
+      return Status(StatusCode::kIo,
+                    "writing " + tmp + "/optimizer.pt: " + model::TorchErrorText(e));
     }
     for (const char* f : kFiles) {
       // write, fsync, rename: the files are durable before the folder gets its final name.

@@ -114,6 +114,33 @@ TEST(TransformerTest, MissingOrMisshapenCheckpointsAreRefusedByName) {
   ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
 }
 
+// Special token ids outside the vocabulary, and a non-positive context length, are refused when
+// config.json is read, by name (an eos id past the vocabulary was accepted and never matched).
+TEST(ModelConfigTest, TokenIdsOutsideTheVocabularyAreRefusedByName) {
+  auto cfg = *ModelConfig::Load(kData + "/llama");
+  const std::string vocab = std::to_string(cfg.vocab_size);
+  for (const auto& [field, value] : std::vector<std::pair<std::string, int>>{
+           {"eos_token_id", cfg.vocab_size}, {"eos_token_id", -2}, {"bos_token_id", 999999}}) {
+    ModelConfig c = cfg;
+    (field == "eos_token_id" ? c.eos_token_id : c.bos_token_id) = value;
+    const Status st = c.Validate();
+    ASSERT_FALSE(st.ok()) << field << " " << value;
+    EXPECT_NE(st.message().find(field + " " + std::to_string(value) + " is not a token of the " +
+                                vocab + "-token vocabulary"),
+              std::string::npos)
+        << st.message();
+  }
+  ModelConfig c = cfg;
+  c.eos_token_id = -1;  // none
+  EXPECT_TRUE(c.Validate().ok());
+  c.max_position_embeddings = 0;
+  EXPECT_NE(c.Validate().message().find("max_position_embeddings"), std::string::npos);
+  // Read from a file, the same check: config.json with an eos id past the vocabulary.
+  c = cfg;
+  c.eos_token_id = cfg.vocab_size;
+  EXPECT_FALSE(ModelConfig::FromJson(c.ToJson()).ok());
+}
+
 // A base whose weight is an integer or bool tensor is refused at load, naming the tensor, its
 // file and its dtype (it used to load and then fail at the first forward, or for a norm weight
 // compute with truncated values). An f64 weight still loads, as f32.

@@ -537,6 +537,12 @@ TEST(CliNumbersTest, BenchListsAndOutputAreCheckedBeforeAnyRun) {
     const std::string err = ::testing::internal::GetCapturedStderr();
     EXPECT_NE(err.find(b.named), std::string::npos) << err;
   }
+  // The demo's --summary too: checked before its minutes of training.
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli::RunDemo({"--summary", "/nonexistent-marlaas/s.json"}), 2);
+  const std::string demo_err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(demo_err.find("--summary /nonexistent-marlaas/s.json: no folder"), std::string::npos)
+      << demo_err;
   const testing::ScopedTempDir tmp("bench-sim");
   const std::string file = tmp.path() + "/cores.json";
   ASSERT_TRUE(WriteFileAtomically(file, R"({"cores": "two", "measured": [{}]})").ok());

@@ -907,6 +907,9 @@ TEST_F(PipelineTest, AdmissionRefusesWhatTheStagesCouldNotServeAndChangesNothing
 TEST_F(PipelineTest, ALogsReplyTooLargeForAFrameKeepsTheNewestLines) {
   StartService();
   fs::create_directories(TenantDir("big"));
+  ASSERT_TRUE(WriteFileAtomically(TenantDir("big") + "/job.json",
+                                  JobSpecToJson(SmallJob("big", "arithmetic", 1, 1)))
+                  .ok());
   {
     std::ofstream log(TenantDir("big") + "/trainer.log"), steps(TenantDir("big") + "/steps.jsonl");
     for (int i = 0; i < 100; ++i) log << "event " << i << "\n";

@@ -81,6 +81,26 @@ TEST(SandboxTest, FilesArePlacedInTheWorkDir) {
   EXPECT_EQ(r.stdout_data, "/work\nhello");
 }
 
+// Files that do not fit the work dir are refused up front with both sizes, not failed in the
+// sandbox's set-up ("write work file: Bad address" for a 20 MB program); a file that fits runs.
+TEST(SandboxTest, FilesLargerThanTheWorkDirAreRefusedWithTheSizes) {
+  SandboxRequest r;
+  r.argv = {"/bin/sh", "-c", "wc -c < big"};
+  r.limits.work_dir_bytes = 64 << 10;
+  r.files = {{"big", std::string(100 << 10, 'x')}};
+  auto res = RunSandboxed(r);
+  ASSERT_FALSE(res.ok());
+  EXPECT_EQ(res.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(res.status().message().find("files are 102400 bytes, more than its work dir holds "
+                                        "(65536 bytes)"),
+            std::string::npos)
+      << res.status().message();
+  r.files = {{"big", std::string(32 << 10, 'x')}};
+  res = RunSandboxed(r);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->stdout_data, "32768\n") << res->setup_error;
+}
+
 TEST(SandboxTest, OutputIsCappedAndReported) {
   SandboxLimits l;
   l.max_output_bytes = 10000;
