@@ -63,6 +63,39 @@ Status SyncPath(const std::string& path) {
   return rc == 0 ? Status::Ok() : ErrnoStatus("fsync " + path, err);
 }
 
+Result<std::string> ReadUserFile(const std::string& path, size_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return Status(StatusCode::kNotFound, "no file " + path);
+    return ErrnoStatus("open " + path, errno);
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    return Status(StatusCode::kInvalidArgument, path + " is a folder, not a file");
+  }
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    const ssize_t r = ::read(fd, buf, sizeof(buf));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const int err = errno;
+      ::close(fd);
+      return ErrnoStatus("read " + path, err);
+    }
+    if (r == 0) break;
+    out.append(buf, size_t(r));
+    if (out.size() > max_bytes) {
+      ::close(fd);
+      return Status(StatusCode::kResourceExhausted,
+                    path + " is larger than the " + std::to_string(max_bytes) + " bytes allowed");
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
 Result<std::string> ReadFile(const std::string& path) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below).
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);

@@ -15,6 +15,10 @@ Status SyncPath(const std::string& path);
 // The whole file, or kNotFound / kIo naming the path; kInvalidArgument for a folder, a FIFO or a
 // device (never waits for a writer).
 Result<std::string> ReadFile(const std::string& path);
+// A file the user named on the command line: as ReadFile, but a pipe or a device is read too
+// (`<(envsubst < job.json)`, /dev/stdin: waiting for its writer is what the user asked for), up to
+// `max_bytes` (kResourceExhausted naming the limit past that: /dev/zero ends).
+Result<std::string> ReadUserFile(const std::string& path, size_t max_bytes);
 
 }  // namespace marlaas
 

@@ -85,7 +85,7 @@ Result<PretrainReport> Pretrain(const PretrainOptions& o, const std::vector<std:
   // out_dir is replaced at the end: it may only be missing, empty, or an earlier pretrain's.
   {
     std::error_code ec;
-    const fs::file_status st = fs::symlink_status(o.out_dir, ec);
+    const fs::file_status st = fs::status(o.out_dir, ec);  // a link to a folder is a folder
     if (fs::exists(st)) {
       if (!fs::is_directory(st)) {
         return Status(StatusCode::kInvalidArgument,

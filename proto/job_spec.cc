@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "base/file_util.h"
@@ -117,6 +118,11 @@ const std::vector<std::string>& KnownTasks() {
 Status ValidateJobSpec(const pb::JobSpec& s) {
   if (!ValidTenantId(s.tenant())) {
     return FieldError("tenant", "'" + s.tenant() + "' must be 1-63 characters of [a-z0-9_-]");
+  }
+  if (s.tenant()[0] == '-') {
+    return FieldError("tenant", "'" + s.tenant() +
+                                    "' must not start with '-' (commands would take it for an "
+                                    "option)");
   }
   if (!Contains(KnownTasks(), s.task())) {
     return FieldError("task", "'" + s.task() + "' is not one of: " + Join(KnownTasks()));
@@ -278,8 +284,12 @@ Result<pb::JobSpec> ParseJobSpecJson(const std::string& json) {
   return spec;
 }
 
-Result<pb::JobSpec> LoadJobSpecFile(const std::string& path) {
-  Result<std::string> text = ReadFile(path);
+namespace {
+
+// A job spec file's text read by `read`, parsed and checked; every error names the path.
+Result<pb::JobSpec> LoadJobSpecWith(const std::string& path,
+                                    const std::function<Result<std::string>()>& read) {
+  Result<std::string> text = read();
   if (!text.ok()) {
     return Status(text.status().code(), "cannot open job spec " + path +
                                             (text.status().code() == StatusCode::kNotFound
@@ -291,8 +301,16 @@ Result<pb::JobSpec> LoadJobSpecFile(const std::string& path) {
   return spec;
 }
 
+}  // namespace
+
+Result<pb::JobSpec> LoadJobSpecFile(const std::string& path) {
+  return LoadJobSpecWith(path, [&] { return ReadFile(path); });
+}
+
 Result<pb::JobSpec> LoadUserJobSpec(const std::string& path) {
-  MARLAAS_ASSIGN_OR_RETURN(pb::JobSpec spec, LoadJobSpecFile(path));
+  // The user's own file: `serve --job <(envsubst < job.json)` is read too.
+  MARLAAS_ASSIGN_OR_RETURN(pb::JobSpec spec,
+                           LoadJobSpecWith(path, [&] { return ReadUserFile(path, 16 << 20); }));
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
   // A relative dataset path is the job file's neighbour, as the verifier's files are; made

@@ -109,17 +109,24 @@ int RunDemo(const std::vector<std::string>& argv) {
   const bool weak = TakeSwitch(&args, "--allow-weak-sandbox");
   const bool quiet = TakeSwitch(&args, "--quiet");
   if (int rc = RejectRest("demo", args)) return rc;
-  if (!summary_path.empty()) {
-    if (Status st = CheckOutputFile("--summary", summary_path); !st.ok()) {
-      std::fprintf(stderr, "marlaas demo: %s\n", st.message().c_str());
-      return 2;
-    }
-  }
   int tenants = 0, steps = 0, threads = 0;
   if (!ParseCount(tenants_s, 1, 64, &tenants) || !ParseCount(steps_s, 1, 100000, &steps) ||
       !ParseCount(threads_s, 1, 64, &threads)) {
     std::fprintf(stderr, "marlaas demo: --tenants takes 1-64, --steps >= 1, --threads >= 1\n");
     return 2;
+  }
+  // The summary's folder must exist before the minutes of training, unless it is inside the
+  // state dir, which the demo makes.
+  const auto inside = [](const std::string& path, const std::string& dir) {
+    const std::string p = fs::absolute(path).lexically_normal().string();
+    const std::string d = fs::absolute(dir).lexically_normal().string();
+    return p.size() > d.size() && p.compare(0, d.size(), d) == 0 && p[d.size()] == '/';
+  };
+  if (!summary_path.empty() && !inside(summary_path, state_dir)) {
+    if (Status st = CheckOutputFile("--summary", summary_path); !st.ok()) {
+      std::fprintf(stderr, "marlaas demo: %s\n", st.message().c_str());
+      return 2;
+    }
   }
   std::error_code ec;
   fs::create_directories(state_dir, ec);

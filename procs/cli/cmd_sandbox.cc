@@ -53,7 +53,7 @@ int RunSandboxRun(const std::vector<std::string>& argv) {
                  kSandboxRunStatuses);
     return 2;
   }
-  auto code = ReadFile(args[0]);
+  auto code = ReadUserFile(args[0], 64 << 20);  // a pipe too: `sandbox-run /dev/stdin < x.py`
   if (!code.ok()) {
     std::fprintf(stderr, "marlaas sandbox-run: %s\n", code.status().message().c_str());
     return 2;

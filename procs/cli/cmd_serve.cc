@@ -76,6 +76,13 @@ int RunServe(const std::vector<std::string>& argv) {
   o.service.stage.verifier_workers = int(workers);
   o.service.stage.rollout_replicas = int(replicas);
   o.timeout_s = timeout_s;
+  if (stall_s > 0 && stall_s < 10) {
+    std::fprintf(stderr,
+                 "marlaas serve: --stall-timeout-s %g is too short: at least 10 (0 turns the "
+                 "watchdog off)\n",
+                 stall_s);
+    return 2;
+  }
   o.service.stall_timeout_ms = int64_t(stall_s * 1000);
   if (o.service.stage.model_dir.empty()) {
     auto dir = EnsureTinyBase(o.service.stage.state_dir, nullptr, nullptr);
@@ -91,11 +98,12 @@ int RunServe(const std::vector<std::string>& argv) {
     return report.status().code() == StatusCode::kCancelled ? 130 : 1;
   }
   if (report->timed_out) return 1;
-  // With jobs, success is every tenant finished; one that failed (its reason is in the table
-  // above and in `marlaas status`) makes the exit status 1.
+  // With jobs, success is every one of them finished; one that failed (its reason is in the
+  // table above and in `marlaas status`) makes the exit status 1. Without jobs, serve ran until
+  // stopped, and a tenant's failure is that tenant's.
   int failed = 0;
   for (const serve::TenantView& t : report->tenants) {
-    if (t.record.state != TenantState::kFailed) continue;
+    if (t.record.state != TenantState::kFailed || !file_of.count(t.record.id)) continue;
     if (failed++ == 0) std::fprintf(stderr, "marlaas serve: failed tenants:");
     std::fprintf(stderr, " %s", t.record.id);
   }

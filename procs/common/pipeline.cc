@@ -201,10 +201,13 @@ void InstallStopHandlers(bool stop_with_parent) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
-  // A closed stdout (`marlaas serve | head`) makes a write fail with EPIPE instead of killing
-  // the process before it removes its segments.
-  signal(SIGPIPE, SIG_IGN);
-  if (!stop_with_parent) return;
+  if (!stop_with_parent) {
+    // serve and bench: a closed stdout (`marlaas serve | head`) makes a write fail with EPIPE
+    // instead of killing the process before it removes its segments. (The stages serve spawns
+    // get SIGPIPE back at their exec: an ignored signal would pass on to sandboxed programs.)
+    signal(SIGPIPE, SIG_IGN);
+    return;
+  }
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() == 1) g_stop.store(true);  // the supervisor is already gone
 }

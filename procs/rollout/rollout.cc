@@ -545,7 +545,8 @@ void Rollout::DrainToolResults() {
     if (p == parked_.end()) {
       StageLog(kRole,
                "ignored the result of tool call %llu: no completion waits for it (the call timed "
-               "out, or a rollout before a restart made it)",
+               "out, a rollout before a restart made it, or a restarted verifier answered it "
+               "again)",
                (unsigned long long)res.call_id());
       continue;
     }

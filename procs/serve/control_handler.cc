@@ -75,7 +75,13 @@ Status ControlHandler::Export(const pb::ExportRequest& r) {
       return Status(StatusCode::kInvalidArgument, r.out_dir() + " is a file, not a folder");
     for (const auto& e : fs::directory_iterator(r.out_dir(), ec)) {
       const std::string n = e.path().filename().string();
-      if (n != kExported[0] && n != kExported[1]) {
+      // (An export killed midway leaves <name>.tmp.<pid> beside them: part of an earlier one.)
+      const bool ours = [&] {
+        for (const char* f : kExported)
+          if (n == f || n.rfind(std::string(f) + ".tmp.", 0) == 0) return true;
+        return false;
+      }();
+      if (!ours) {
         return Status(StatusCode::kAlreadyExists,
                       r.out_dir() + " holds other files (" + n +
                           "): export into a new or empty folder, or an earlier export");
@@ -90,10 +96,17 @@ Status ControlHandler::Export(const pb::ExportRequest& r) {
                   "tenant '" + r.tenant() + "' has no checkpoint yet (nothing to export)");
   }
   if (!dir.ok()) return dir.status();
-  // Both files checked against the checkpoint's record before anything is written.
+  // Both files checked against the checkpoint's record before anything is written. The trainer
+  // may replace the newest checkpoint meanwhile (it keeps two): a folder gone is read again.
   std::string bytes[2];
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0, again = 0; i < 2; ++i) {
     auto b = pipeline::ReadCheckedCheckpointFile(*dir, kExported[i]);
+    if (!b.ok() && b.status().code() == StatusCode::kNotFound && !fs::exists(*dir) && again++ < 3) {
+      dir = pipeline::LatestCheckpointDir(tenant_dir);
+      if (!dir.ok()) return dir.status();
+      i = -1;
+      continue;
+    }
     if (!b.ok()) {
       return Status(b.status().code(),
                     "the newest checkpoint is damaged, nothing exported: " + b.status().message() +

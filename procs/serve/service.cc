@@ -35,11 +35,12 @@
 namespace marlaas::serve {
 namespace {
 
-// What a stage said last when it stopped (pipeline::StageMain logs "stopped: <status>" as it
-// exits with an error), from the end of its log; else its last line; "" without a log. At most
-// 400 characters: the cause (a corrupt model file, a device this build cannot use) in the
+// What the stage process `pid` said when it stopped (pipeline::StageMain logs "[role pid]
+// stopped: <status>" as it exits with an error), else its last line, from the end of the stage's
+// log (which earlier processes of the stage share); "" when it wrote nothing there. At most 400
+// characters: the cause (a corrupt model file, a device this build cannot use) in the
 // service's own error, not only in the log.
-std::string LastStopReason(const std::string& log) {
+std::string LastStopReason(const std::string& log, const std::string& role, pid_t pid) {
   std::ifstream f(log, std::ios::binary);
   if (!f) return "";
   f.seekg(0, std::ios::end);
@@ -47,13 +48,14 @@ std::string LastStopReason(const std::string& log) {
   const std::streamoff from = std::max<std::streamoff>(0, size - 65536);
   f.seekg(from);
   std::string tail((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string tag = "[" + role + " " + std::to_string(pid) + "] ";
   std::string last, stopped;
   std::istringstream lines(tail);
   for (std::string line; std::getline(lines, line);) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    last = line;
-    const size_t at = line.find("] stopped: ");
-    if (at != std::string::npos) stopped = line.substr(at + 11);
+    const size_t at = line.find(tag);
+    if (at == std::string::npos) continue;
+    last = line.substr(at + tag.size());
+    if (last.rfind("stopped: ", 0) == 0) stopped = last.substr(9);
   }
   std::string why = stopped.empty() ? last : stopped;
   if (why.size() > 400) why = why.substr(0, 397) + "...";
@@ -218,6 +220,7 @@ Status Service::Spawn(Stage* stage) {
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(1);
+    signal(SIGPIPE, SIG_DFL);  // serve ignores it (pipeline::InstallStopHandlers); stages do not
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd >= 0) {
       dup2(fd, 1);
@@ -229,6 +232,7 @@ Status Service::Spawn(Stage* stage) {
   stage->pid = pid;
   stage->spawned_mono_ns = spawned;
   stage->stalled_ms = 0;
+  stage->seen_update_ns = stage->seen_change_ns = 0;
   return Status::Ok();
 }
 
@@ -441,21 +445,34 @@ void Service::Tick() {
   // A stage's end (an exit, a signal, or a failed start): counted, and once it has ended
   // kGiveUpAfterCrashes times in a row, the service's failure.
   auto ended = [&](Stage& st, const std::string& how) {
-    const bool give_up = ++st.crashes_in_row >= kGiveUpAfterCrashes;
+    const bool stalled = st.stalled_ms > 0;
+    st.stalls_in_row = stalled ? st.stalls_in_row + 1 : 0;
+    const bool give_up = ++st.crashes_in_row >= kGiveUpAfterCrashes ||
+                         (stalled && st.stalls_in_row >= kGiveUpAfterStalls);
     std::fprintf(stderr, "[serve] %s: %s; %s\n", st.name.c_str(), how.c_str(),
                  give_up ? "giving up" : "restarting");
+    const pid_t pid = st.pid;
     st.pid = 0;
     st.died_at = now;
     if (give_up && failure_.ok()) {
       const std::string log = options_.stage.state_dir + "/logs/" + st.name + ".log";
-      const std::string why = LastStopReason(log);
+      const std::string why = LastStopReason(log, st.role, pid);
+      const std::string times =
+          stalled ? std::to_string(st.stalls_in_row) + " times in a row without progress"
+                  : std::to_string(st.crashes_in_row) + " times in a row within 10 s of starting";
       failure_ = Status(StatusCode::kUnavailable,
-                        st.name + " ended " + std::to_string(st.crashes_in_row) +
-                            " times in a row within 10 s of starting (last: " + how + ")" +
+                        st.name + " ended " + times + " (last: " + how + ")" +
                             (why.empty() ? "" : ", saying: " + why) + "; not restarting it: see " +
                             log + ". Unfinished tenants resume on the next start.");
+      st.crashes_in_row = std::max(st.crashes_in_row, kGiveUpAfterCrashes);  // stays down
     }
   };
+  // The watchdog measures quiet time on serve's own clock, from when it saw a stage's metrics
+  // change; after a gap in serve's own ticks (it was paused or frozen with its stages) it starts
+  // again, so that a stage that could not run meanwhile is not taken for hung.
+  const int64_t tick_ns = MonotonicNanos();
+  const bool serve_paused = last_tick_ns_ != 0 && tick_ns - last_tick_ns_ > 5'000'000'000;
+  last_tick_ns_ = tick_ns;
   for (size_t i = 0; i < stages_.size(); ++i) {
     Stage& st = stages_[i];
     if (st.pid > 0 && st.stalled_ms == 0 && options_.stall_timeout_ms > 0) {
@@ -463,14 +480,21 @@ void Service::Tick() {
       auto e = metrics_[i].LoadEngine();
       if (e.ok() && e->started_mono_ns >= st.spawned_mono_ns) {
         // (Its first store, at ready, may carry only the start time.)
-        const int64_t last = std::max(e->started_mono_ns, e->updated_mono_ns);
-        const int64_t quiet_ms = (MonotonicNanos() - last) / 1'000'000;
+        const int64_t update = std::max(e->started_mono_ns, e->updated_mono_ns);
+        if (update != st.seen_update_ns || st.seen_change_ns == 0 || serve_paused) {
+          st.seen_update_ns = update;
+          st.seen_change_ns = tick_ns;
+        }
+        const int64_t quiet_ms = (tick_ns - st.seen_change_ns) / 1'000'000;
         if (quiet_ms > options_.stall_timeout_ms) {
           std::fprintf(stderr,
                        "[serve] %s: pid %d has not updated its metrics for %lld ms; killing it\n",
                        st.name.c_str(), int(st.pid), (long long)quiet_ms);
           st.stalled_ms = quiet_ms;
           kill(st.pid, SIGKILL);
+        } else if (st.stalls_in_row > 0 &&
+                   tick_ns - st.spawned_mono_ns > options_.stall_timeout_ms * 2'000'000) {
+          st.stalls_in_row = 0;  // this process has run well past a timeout
         }
       }
     }

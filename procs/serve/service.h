@@ -40,7 +40,10 @@ struct ServiceOptions {
   // A running stage whose engine metrics have not been updated for this long (a hung process:
   // stopped, deadlocked, stuck in a device call) is killed and restarted like a crashed one
   // (0: never). Stages update them at least every loop, and the trainer also after each
-  // checkpoint; a trainer step longer than this would be taken for a hang.
+  // checkpoint and each tenant it starts; a trainer step longer than this would be taken for a
+  // hang. Quiet time is what serve itself observed: a pause of serve (Ctrl-Z, a frozen cgroup)
+  // starts it again. A stage killed for a stall kGiveUpAfterStalls times in a row, without a
+  // process of it running a whole timeout in between, is the service's failure.
   int64_t stall_timeout_ms = 300'000;
 };
 
@@ -68,6 +71,8 @@ inline constexpr uint64_t kFailAfterVerifierErrors = 8;
 // back-off; a stage that cannot start (no model, a broken binary) would otherwise be restarted
 // forever while its tenants wait.
 inline constexpr int kGiveUpAfterCrashes = 8;
+// See ServiceOptions::stall_timeout_ms.
+inline constexpr int kGiveUpAfterStalls = 3;
 
 class Service {
  public:
@@ -136,6 +141,11 @@ class Service {
     int crashes_in_row = 0;
     int64_t spawned_mono_ns = 0;  // when the running process was forked (CLOCK_MONOTONIC)
     int64_t stalled_ms = 0;       // > 0: the running process was killed for a stall this long
+    // The watchdog's view: the last metrics update serve saw, and when (serve's clock) it saw it
+    // change; consecutive processes killed for a stall.
+    int64_t seen_update_ns = 0;
+    int64_t seen_change_ns = 0;
+    int stalls_in_row = 0;
   };
   explicit Service(const ServiceOptions& o) : options_(o) {}
   Status Spawn(Stage* stage);
@@ -163,6 +173,7 @@ class Service {
   std::vector<Stage> stages_;
   bool stopped_ = false;
   Status failure_ = Status::Ok();
+  int64_t last_tick_ns_ = 0;  // the watchdog's: a long gap means serve itself was paused
   int lock_fd_ = -1;  // <state>/service.lock, held (and inherited by the stages) while we run
   std::map<std::string, uint64_t> estimates_;  // admission estimate per admitted tenant
   uint64_t settled_ = 0, settle_ns_ = 0;

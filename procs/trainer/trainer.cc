@@ -114,6 +114,9 @@ class Trainer {
   // records are acknowledged once that is durable, one save for all a fetch brought (after a
   // failed save, at most once a second).
   void SaveLateDrops();
+  // Progress for serve's stall watchdog (ServiceOptions::stall_timeout_ms) in the middle of a
+  // long pass of the loop: the engine metrics' update time.
+  void Heartbeat();
   void AckDone();
   void StoreMetrics();
   TrainTenant* Lookup(const std::string& id, uint64_t generation);
@@ -264,6 +267,7 @@ void Trainer::SyncTenants() {
     if (w.record.state != TenantState::kRunning && w.record.state != TenantState::kAdmitted)
       continue;
     Status st = StartTenant(w);
+    Heartbeat();  // a resume of many tenants (their checkpoints loaded) is one long pass
     if (!st.ok()) {
       StageLog(kRole, "tenant %s: cannot start training: %s", w.record.id, st.ToString().c_str());
       TenantMetrics m{};
@@ -311,9 +315,7 @@ void Trainer::Checkpoint(TrainTenant* t) {
   }
   t->checkpoint_failed_ns = 0;
   t->checkpointed_retired = t->retired_total;
-  // Progress for serve's stall watchdog: many tenants' checkpoints can make one pass long.
-  engine_.updated_mono_ns = MonotonicNanos();
-  metrics_.StoreEngine(engine_);
+  Heartbeat();  // many tenants' checkpoints can make one pass long
 }
 
 void Trainer::Retire(TrainTenant* t, uint64_t group_id, const std::string& drop_reason) {
@@ -596,6 +598,11 @@ void Trainer::FinishStep(TrainTenant* t, const std::vector<pb::TrajectoryGroup>&
   } else if (t->ck.steps % t->spec.checkpoint_every() == 0) {
     Checkpoint(t);
   }
+}
+
+void Trainer::Heartbeat() {
+  engine_.updated_mono_ns = MonotonicNanos();
+  metrics_.StoreEngine(engine_);
 }
 
 void Trainer::SaveLateDrops() {

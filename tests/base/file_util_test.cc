@@ -41,5 +41,26 @@ TEST(FileUtilTest, ReadFileReadsFilesAndRefusesFoldersAndFifosWithoutWaiting) {
   EXPECT_TRUE(e.exited && e.code == 0) << "code " << e.code;
 }
 
+// What a user names on the command line may be a pipe (`<(envsubst < job.json)`): read, up to
+// the limit (/dev/zero ends with the limit named); a folder is still refused.
+TEST(FileUtilTest, ReadUserFileReadsPipesUpToItsLimit) {
+  const testing::ScopedTempDir tmp("read-user-file");
+  const std::string fifo = tmp.path() + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const pid_t writer = testing::ForkChild([&] {
+    std::ofstream(fifo) << "{\"tenant\": \"a\"}";
+    return 0;
+  });
+  auto text = ReadUserFile(fifo, 1024);
+  EXPECT_TRUE(testing::WaitChildFor(writer, 20).exited);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_EQ(*text, "{\"tenant\": \"a\"}");
+  auto zeros = ReadUserFile("/dev/zero", 100000);
+  EXPECT_EQ(zeros.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(zeros.status().message().find("larger than the 100000 bytes allowed"),
+            std::string::npos);
+  EXPECT_EQ(ReadUserFile(tmp.path(), 1024).status().code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace marlaas

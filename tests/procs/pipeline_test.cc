@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "base/file_util.h"
@@ -523,12 +524,19 @@ TEST_F(PipelineTest, AToolResultLaterThanTheTenantsTimeoutFailsItsGroupAndNoOneE
   const serve::TenantView lost = view("impatient"), kept = view("patient");
   EXPECT_GT(lost.verifier.tool_calls, 0u);
   EXPECT_EQ(lost.trainer.steps, 0u);  // every group made a call, and every call timed out
+  // Every group it dropped, it dropped for that reason (the log may be a pass ahead of the
+  // metrics read above: the tenant drops on).
   const std::string log = ReadAll(TenantDir("impatient") + "/trainer.log");
-  size_t timed_out = 0;
-  for (size_t at = log.find("got no result within 200 ms (tool_result_timeout_ms)");
-       at != std::string::npos; at = log.find("got no result within 200 ms", at + 1))
-    ++timed_out;
-  EXPECT_EQ(timed_out, lost.trainer.groups_dropped) << log;
+  size_t dropped = 0, timed_out = 0;
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("dropped group") == std::string::npos) continue;
+    ++dropped;
+    if (line.find("got no result within 200 ms (tool_result_timeout_ms)") != std::string::npos)
+      ++timed_out;
+  }
+  EXPECT_GE(dropped, lost.trainer.groups_dropped) << log;
+  EXPECT_EQ(timed_out, dropped) << log;
   EXPECT_EQ(kept.trainer.steps, 1u);
   EXPECT_EQ(kept.trainer.groups_dropped, 0u) << ReadAll(TenantDir("patient") + "/trainer.log");
   EXPECT_GT(kept.verifier.tool_calls, 0u);
@@ -577,9 +585,10 @@ TEST_F(PipelineTest, ResultsOfAKilledRolloutsToolCallsAreNotTakenByItsSuccessor)
 
 // A stage that is alive but hung (here: SIGSTOP) is killed once its metrics have not moved for
 // the stall timeout, and restarted; its tenant then finishes, losing nothing. Idle stages (no
-// tenant for over two timeouts) keep their metrics moving and are left alone.
+// tenant for over two timeouts) keep their metrics moving and are left alone. One that hangs
+// each time it starts is given up on.
 TEST_F(PipelineTest, AHungStageIsKilledAndRestartedAndIdleOnesAreLeftAlone) {
-  stall_timeout_ms_ = 3000;
+  stall_timeout_ms_ = 8000;  // far beyond a pass here, even with the machine loaded
   StartService();
   const auto restarts = [&] {
     int n = 0;
@@ -587,7 +596,7 @@ TEST_F(PipelineTest, AHungStageIsKilledAndRestartedAndIdleOnesAreLeftAlone) {
     return n;
   };
   // Idle for over two timeouts: nobody is taken for hung.
-  EXPECT_FALSE(RunUntil([&] { return restarts() > 0; }, 8)) << "an idle stage was killed";
+  EXPECT_FALSE(RunUntil([&] { return restarts() > 0; }, 17)) << "an idle stage was killed";
   ASSERT_TRUE(service_->Admit(SmallJob("arith", "arithmetic", 6, 11)).ok());
   auto steps = [&] {
     for (const serve::TenantView& t : service_->Tenants()) return t.trainer.steps;
@@ -615,6 +624,22 @@ TEST_F(PipelineTest, AHungStageIsKilledAndRestartedAndIdleOnesAreLeftAlone) {
     const std::set<uint64_t> produced = Produced("arith"), retired = Retired("arith");
     for (uint64_t g : produced) EXPECT_TRUE(retired.count(g)) << "lost group " << g;
   }
+  // A stage that hangs again each time it is restarted is given up on after kGiveUpAfterStalls
+  // kills in a row, and named, rather than killed every timeout for ever.
+  for (int i = 0; i <= serve::kGiveUpAfterStalls && service_->failure().ok(); ++i) {
+    ASSERT_TRUE(RunUntil([&] { return service_->StagesReady(); }, 60));
+    const pid_t again = service_->StagePid("verifier");
+    ASSERT_GT(again, 0);
+    ASSERT_EQ(kill(again, SIGSTOP), 0);
+    ScopeExit cont([again] { kill(again, SIGCONT); });
+    ASSERT_TRUE(RunUntil([&] { return service_->StagePid("verifier") != again; }, 60));
+  }
+  const std::string failure = service_->failure().message();
+  EXPECT_NE(failure.find("verifier ended " + std::to_string(serve::kGiveUpAfterStalls) +
+                         " times in a row without progress"),
+            std::string::npos)
+      << failure;
+  EXPECT_EQ(service_->StagePid("verifier"), 0);
 }
 
 // The demo's evaluations run several tenants at once; each result must be what it is alone, and

@@ -71,6 +71,8 @@ TEST(JobSpecTest, OutOfRangeValuesAreRefusedByName) {
 TEST(JobSpecTest, BadNamesTasksAndTargetsAreRefused) {
   EXPECT_NE(ErrorOf(R"({"tenant": "Alice!", "task": "arithmetic"})").find("field 'tenant'"),
             std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"tenant": "-a", "task": "arithmetic"})").find("must not start with '-'"),
+            std::string::npos);
   EXPECT_NE(ErrorOf(R"({"tenant": "a", "task": "chess"})").find("field 'task': 'chess'"),
             std::string::npos);
   EXPECT_NE(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "lora": {"targets": ["qkv"]}})")

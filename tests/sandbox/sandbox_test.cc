@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include "sandbox/escape_suite.h"
 #include "sandbox/probe.h"
 #include "sandbox/seccomp_filter.h"
+#include "tests/test_util.h"
 
 namespace marlaas::sandbox {
 namespace {
@@ -99,6 +101,20 @@ TEST(SandboxTest, FilesLargerThanTheWorkDirAreRefusedWithTheSizes) {
   res = RunSandboxed(r);
   ASSERT_TRUE(res.ok()) << res.status().ToString();
   EXPECT_EQ(res->stdout_data, "32768\n") << res->setup_error;
+}
+
+// A host process that ignores SIGPIPE (serve does) does not pass that on: in the sandbox,
+// `yes | head -1` ends quietly, `yes` killed by SIGPIPE, not told "Broken pipe".
+TEST(SandboxTest, TheProgramGetsTheDefaultSigpipeWhateverTheHostDoes) {
+  struct sigaction ignore {
+  }, before{};
+  ignore.sa_handler = SIG_IGN;
+  ASSERT_EQ(::sigaction(SIGPIPE, &ignore, &before), 0);
+  testing::ScopeExit restore([&] { ::sigaction(SIGPIPE, &before, nullptr); });
+  auto r = RunIn({"/bin/sh", "-c", "yes | head -1"});
+  ASSERT_EQ(r.outcome, SandboxOutcome::kExited) << r.setup_error;
+  EXPECT_EQ(r.stdout_data, "y\n");
+  EXPECT_EQ(r.stderr_data, "");
 }
 
 TEST(SandboxTest, OutputIsCappedAndReported) {
