@@ -1,7 +1,5 @@
 #include "procs/common/task_source.h"
 
-#include <sstream>
-
 #include "base/file_util.h"
 #include "sandbox/command_verifier.h"
 
@@ -19,10 +17,13 @@ Result<std::unique_ptr<TaskSource>> TaskSource::ForJob(const pb::JobSpec& spec) 
   if (!text.ok())
     return Status(text.status().code(),
                   "dataset " + path + " cannot be read: " + text.status().message());
-  std::istringstream in(*text);
-  std::string line;
+  // Line by line out of the text read (no second copy of a large dataset).
   size_t n = 0;
-  while (std::getline(in, line)) {
+  for (size_t at = 0; at < text->size();) {
+    size_t end = text->find('\n', at);
+    if (end == std::string::npos) end = text->size();
+    const std::string line = text->substr(at, end - at);
+    at = end + 1;
     ++n;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     auto e = tasks::FromJsonl(line);
