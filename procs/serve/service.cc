@@ -464,8 +464,8 @@ void Service::Tick() {
                         st.name + " ended " + times + " (last: " + how + ")" +
                             (why.empty() ? "" : ", saying: " + why) + "; not restarting it: see " +
                             log + ". Unfinished tenants resume on the next start.");
-      st.crashes_in_row = std::max(st.crashes_in_row, kGiveUpAfterCrashes);  // stays down
     }
+    if (give_up) st.crashes_in_row = std::max(st.crashes_in_row, kGiveUpAfterCrashes);  // down
   };
   // The watchdog measures quiet time on serve's own clock, from when it saw a stage's metrics
   // change; after a gap in serve's own ticks (it was paused or frozen with its stages) it starts
