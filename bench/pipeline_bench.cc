@@ -10,6 +10,7 @@
 
 #include "base/deadline.h"
 #include "base/file_util.h"
+#include "procs/common/checkpoint_files.h"
 #include "procs/common/evaluation.h"
 #include "procs/common/pipeline.h"
 #include "procs/serve/monitor.h"
@@ -25,12 +26,8 @@ bool IsSync(const std::string& mode) { return mode != "async"; }
 
 // The latest checkpoint folder of a tenant, or "" when it has none.
 std::string LatestCheckpoint(const std::string& state_dir, const std::string& tenant) {
-  const std::string dir = pipeline::TenantDir(state_dir, tenant) + "/checkpoints";
-  auto latest = ReadFile(dir + "/LATEST");
-  if (!latest.ok()) return "";
-  std::string name = *latest;
-  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  return name.empty() ? "" : dir + "/" + name;
+  auto latest = pipeline::LatestCheckpointDir(pipeline::TenantDir(state_dir, tenant));
+  return latest.ok() ? *latest : "";
 }
 
 }  // namespace

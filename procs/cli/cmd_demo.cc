@@ -26,6 +26,7 @@
 #include "procs/cli/cli.h"
 #include "procs/cli/run_jobs.h"
 #include "procs/cli/svg_chart.h"
+#include "procs/common/checkpoint_files.h"
 #include "procs/common/evaluation.h"
 #include "proto/job_spec.h"
 
@@ -199,13 +200,11 @@ int RunDemo(const std::vector<std::string>& argv) {
   std::vector<pipeline::EvalJob> final_jobs;
   std::vector<size_t> final_of(o.jobs.size(), SIZE_MAX);
   for (size_t k = 0; k < o.jobs.size(); ++k) {
-    const std::string dir = pipeline::TenantDir(o.service.stage.state_dir, o.jobs[k].tenant());
-    auto latest = ReadFile(dir + "/checkpoints/LATEST");
+    auto latest = pipeline::LatestCheckpointDir(
+        pipeline::TenantDir(o.service.stage.state_dir, o.jobs[k].tenant()));
     if (!latest.ok()) continue;
-    std::string name = *latest;
-    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
     final_of[k] = final_jobs.size();
-    final_jobs.push_back({o.jobs[k], dir + "/checkpoints/" + name});
+    final_jobs.push_back({o.jobs[k], *latest});
   }
   const auto eval1 = std::chrono::steady_clock::now();
   const auto final_results = pipeline::EvaluateHeldOutAll(*model_dir, final_jobs, eval_workers);

@@ -32,8 +32,7 @@ using marlaas::testing::WaitChildFor;
 
 struct Shared {
   std::atomic<int> stop{0};
-  std::atomic<int> clients{-1};        // the endpoint's open clients after its latest Serve()
-  std::atomic<int64_t> longest_ns{0};  // its longest Serve()
+  std::atomic<int> clients{-1};  // the endpoint's open clients after its latest Serve()
 };
 
 // A client of 127.0.0.1:port; with `receive_buffer` set, that SO_RCVBUF (before connecting, so
@@ -95,10 +94,7 @@ class MetricsHttpTest : public ::testing::Test {
       const std::string body(4 << 20, 'm');
       const Deadline limit = Deadline::AfterMs(60'000);
       while (shared_->stop.load() == 0 && !limit.Expired()) {
-        const int64_t t0 = MonotonicNanos();
         h->Serve([&] { return body; });
-        const int64_t spent = MonotonicNanos() - t0;
-        if (spent > shared_->longest_ns.load()) shared_->longest_ns.store(spent);
         shared_->clients.store(int(h->clients()));
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
@@ -152,8 +148,6 @@ TEST_F(MetricsHttpTest, AClientThatNeverReadsOrNeverAsksHoldsNoOneAndIsDropped) 
   EXPECT_LT(partial.size(), size_t(4 << 20));
   EXPECT_EQ(ReadToEnd(silent, 10, &closed), "");
   EXPECT_TRUE(closed);
-  // No Serve() waited on a client. (A liveness bound, far from the microseconds a call takes.)
-  EXPECT_LT(shared_->longest_ns.load(), int64_t(1e9));
 }
 
 TEST_F(MetricsHttpTest, PastTheClientCapANewClientIsClosedAtOnceAndLaterOnesAreAnswered) {
