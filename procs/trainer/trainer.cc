@@ -21,6 +21,7 @@
 #include "procs/trainer/adapter_fanout.h"
 #include "procs/trainer/checkpoint.h"
 #include "procs/trainer/step_groups.h"
+#include "procs/trainer/steps_log.h"
 #include "rl/multi_tenant_step.h"
 #include "shm/adapter_store.h"
 #include "shm/metrics.h"
@@ -192,6 +193,18 @@ Status Trainer::StartTenant(const pipeline::WatchedTenant& w) {
     t->ck.version = 1;
   } else {
     return loaded.status();
+  }
+  // Steps logged after the checkpoint it resumed from are trained again: their lines move out.
+  auto trimmed = TrimStepsLog(t->dir, t->ck.steps);
+  if (!trimmed.ok()) {
+    StageLog(kRole, "tenant %s: steps.jsonl: %s", t->id.c_str(),
+             trimmed.status().ToString().c_str());
+  } else if (trimmed->moved > 0) {
+    pipeline::AppendLine(t->dir + "/trainer.log",
+                         std::to_string(trimmed->moved) + " lines of steps.jsonl after step " +
+                             std::to_string(t->ck.steps) +
+                             " (lost with the trainer that logged them; trained again) moved to "
+                             "steps.lost.jsonl");
   }
   t->retired = t->ck.retired_groups;
   t->retired_total = t->ck.groups_trained + t->ck.groups_dropped;

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -464,13 +465,6 @@ bool Ended(pid_t pid, unsigned long long start) {
   return !st || st->state == 'Z' || st->start != start;
 }
 
-size_t Lines(const std::string& path) {
-  std::ifstream f(path);
-  size_t n = 0;
-  for (std::string l; std::getline(f, l);) ++n;
-  return n;
-}
-
 // serve --job stops at --timeout-s with the tenants unfinished, and says so (it used to stop
 // silently, and after an hour by default even with no jobs); the tenant stays on disk to resume.
 TEST_F(PipelineTest, ServeSaysWhenItStopsAtItsTimeLimit) {
@@ -512,7 +506,7 @@ TEST_F(PipelineTest, KillNineOfServeThenRestartResumesEveryTenant) {
   // A short tenant settles before the kill; the restarted service (empty table) still reports it.
   const pb::ControlReply tres = Call(state_dir_, "", Submit(SmallJob("tres", "countdown", 3, 43)));
   ASSERT_TRUE(tres.ok()) << tres.error();
-  std::map<std::string, size_t> lines_at_kill;
+  std::map<std::string, std::vector<std::string>> lines_at_kill;
   const pb::TenantStatus settled = WaitForStatus(
       state_dir_, tres.submit().token(), "tres",
       [](const pb::TenantStatus& t) { return t.state() == "finished"; }, 120);
@@ -550,7 +544,7 @@ TEST_F(PipelineTest, KillNineOfServeThenRestartResumesEveryTenant) {
     return n;
   };
   for (const std::string& id : ids) {
-    lines_at_kill[id] = Lines(TenantDir(id) + "/steps.jsonl");
+    lines_at_kill[id] = LinesOf(TenantDir(id) + "/steps.jsonl");
     drops_at_kill[id] = drops(id);
   }
 
@@ -577,13 +571,21 @@ TEST_F(PipelineTest, KillNineOfServeThenRestartResumesEveryTenant) {
     // Groups still in flight when the tenant finishes are dropped too, for that reason instead.
     EXPECT_LE(drops(id) - drops_at_kill[id], 4u)
         << id << " (before the kill: " << drops_at_kill[id] << ")";
-    // The first step after the restart continues from a checkpoint, not from step 1.
-    std::ifstream f(TenantDir(id) + "/steps.jsonl");
-    std::string line;
-    for (size_t i = 0; i <= lines_at_kill[id] && std::getline(f, line);) ++i;
-    ASSERT_FALSE(line.empty()) << id << " logged no step after the restart";
-    const int first_after = nlohmann::json::parse(line)["step"].get<int>();
-    EXPECT_GT(first_after, 3) << id << " started over";
+    // steps.jsonl holds each step once, in order: the steps logged after the checkpoint it
+    // resumed from (trained again) moved to steps.lost.jsonl, and nothing else did.
+    const std::vector<std::string> lines = LinesOf(TenantDir(id) + "/steps.jsonl");
+    std::vector<int> steps;
+    for (const std::string& l : lines) steps.push_back(nlohmann::json::parse(l)["step"].get<int>());
+    std::vector<int> expected(30);
+    std::iota(expected.begin(), expected.end(), 1);
+    EXPECT_EQ(steps, expected) << id;
+    const std::vector<std::string>& before = lines_at_kill[id];
+    size_t kept = 0;
+    while (kept < before.size() && kept < lines.size() && lines[kept] == before[kept]) ++kept;
+    // It continued from a checkpoint (one every 3 steps; it had done 7), not from step 1.
+    EXPECT_GE(kept, 6u) << id << " started over";
+    std::vector<std::string> moved(before.begin() + std::ptrdiff_t(kept), before.end());
+    EXPECT_EQ(LinesOf(TenantDir(id) + "/steps.lost.jsonl"), moved) << id;
     EXPECT_TRUE(fs::exists(TenantDir(id) + "/state")) << id;
   }
   // serve kept its metrics log: the last line names both tenants.

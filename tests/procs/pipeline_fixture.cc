@@ -136,4 +136,11 @@ std::set<uint64_t> PipelineTest::Retired(const std::string& tenant) const {
   return ids;
 }
 
+std::vector<std::string> LinesOf(const std::string& path) {
+  std::ifstream f(path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(f, l);) lines.push_back(l);
+  return lines;
+}
+
 }  // namespace marlaas::testing

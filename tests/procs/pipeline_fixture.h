@@ -53,4 +53,7 @@ class PipelineTest : public ::testing::Test {
   std::unique_ptr<serve::Service> service_;
 };
 
+// The lines of a file, without their '\n' (none when it does not exist).
+std::vector<std::string> LinesOf(const std::string& path);
+
 }  // namespace marlaas::testing

@@ -97,7 +97,7 @@ TEST_F(PipelineTest, KillEachStageMidRunLosesNothing) {
                 {"verifier", 5, pipeline::kScoredRing},
                 {"trainer", 8, nullptr}};
   std::map<std::string, uint64_t> published_at_trainer_kill;
-  std::map<std::string, size_t> lines_at_trainer_kill;
+  std::map<std::string, std::vector<std::string>> lines_at_trainer_kill;
   for (const auto& k : kKills) {
     ASSERT_TRUE(RunUntil([&] { return max_steps() >= k.at_step; }, 90, watch_versions))
         << "training stalled before killing the " << k.role;
@@ -110,10 +110,7 @@ TEST_F(PipelineTest, KillEachStageMidRunLosesNothing) {
         auto v = store->PublishedVersion(t.record.adapter_slot);
         ASSERT_TRUE(v.ok());
         published_at_trainer_kill[t.record.id] = *v;
-        std::ifstream f(TenantDir(t.record.id) + "/steps.jsonl");
-        size_t n = 0;
-        for (std::string l; std::getline(f, l);) ++n;
-        lines_at_trainer_kill[t.record.id] = n;
+        lines_at_trainer_kill[t.record.id] = LinesOf(TenantDir(t.record.id) + "/steps.jsonl");
       }
     }
     if (k.ring) InjectJunk(instance_, k.ring);
@@ -127,6 +124,7 @@ TEST_F(PipelineTest, KillEachStageMidRunLosesNothing) {
   EXPECT_FALSE(went_backwards) << "an adapter version went backwards";
   for (const serve::StageView& s : service_->Stages())
     EXPECT_EQ(s.restarts, 1) << s.role << " was not restarted exactly once";
+  size_t moved_lines = 0;
   for (const serve::TenantView& t : service_->Tenants()) {
     const std::string id = t.record.id;
     EXPECT_EQ(t.record.state, TenantState::kFinished) << id;
@@ -139,20 +137,29 @@ TEST_F(PipelineTest, KillEachStageMidRunLosesNothing) {
     EXPECT_EQ(retired.size(), t.trainer.groups + t.trainer.groups_dropped) << id;
     // The staleness bound held for everything trained.
     for (int b = 2; b < kStalenessBuckets; ++b) EXPECT_EQ(t.trainer.staleness[b], 0u) << id;
-    std::ifstream steps(TenantDir(id) + "/steps.jsonl");
-    size_t n = 0;
+    // steps.jsonl holds every step once, in order: the lines the killed trainer logged after its
+    // last checkpoint (those steps were trained again) moved to steps.lost.jsonl.
+    const std::vector<std::string> lines = LinesOf(TenantDir(id) + "/steps.jsonl");
+    const std::vector<std::string>& before = lines_at_trainer_kill[id];
+    size_t kept = 0;  // lines from before the kill
+    while (kept < before.size() && kept < lines.size() && lines[kept] == before[kept]) ++kept;
+    EXPECT_EQ(LinesOf(TenantDir(id) + "/steps.lost.jsonl"),
+              std::vector<std::string>(before.begin() + std::ptrdiff_t(kept), before.end()))
+        << id;
+    moved_lines += before.size() - kept;
+    EXPECT_EQ(lines.size(), size_t(kSteps)) << id;
     bool resumed_behind = false;
-    for (std::string line; std::getline(steps, line); ++n) {
-      auto e = nlohmann::json::parse(line);
-      EXPECT_LE(e["staleness"].get<int>(), 1) << id << ": " << line;
+    for (size_t n = 0; n < lines.size(); ++n) {
+      auto e = nlohmann::json::parse(lines[n]);
+      EXPECT_EQ(e["step"].get<size_t>(), n + 1) << id << ": " << lines[n];
+      EXPECT_LE(e["staleness"].get<int>(), 1) << id << ": " << lines[n];
       // A trainer restarted behind what it had published (steps after its checkpoint lost)
       // republishes past the lost versions; then nothing sampled by a version published before
       // the kill is trained: those weights died with it, or are older than what it resumed from.
       const uint64_t published = published_at_trainer_kill[id];
-      if (n == lines_at_trainer_kill[id])
-        resumed_behind = e["trained_at"].get<uint64_t>() > published;
-      if (n >= lines_at_trainer_kill[id] && resumed_behind) {
-        EXPECT_GT(e["behaviour_versions"][0].get<uint64_t>(), published) << id << ": " << line;
+      if (n == kept) resumed_behind = e["trained_at"].get<uint64_t>() > published;
+      if (n >= kept && resumed_behind) {
+        EXPECT_GT(e["behaviour_versions"][0].get<uint64_t>(), published) << id << ": " << lines[n];
       }
     }
     if (t.trainer.groups_dropped > 0) {
@@ -160,6 +167,8 @@ TEST_F(PipelineTest, KillEachStageMidRunLosesNothing) {
           << id << " dropped groups without logging why";
     }
   }
+  // Killed at step 8 or so with a checkpoint every 3, the leading tenant loses its last lines.
+  if (moved_lines == 0) std::printf("note: the trainer was killed just after a checkpoint\n");
   // The malformed records were quarantined and logged, and no stage died of them.
   EXPECT_NE(ReadAll(state_dir_ + "/logs/verifier.log").find("quarantined"), std::string::npos);
   EXPECT_NE(ReadAll(state_dir_ + "/logs/trainer.log").find("quarantined"), std::string::npos);
