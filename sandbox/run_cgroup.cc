@@ -16,6 +16,8 @@
 #include <sstream>
 #include <thread>
 
+#include "base/cgroup_hierarchy.h"
+
 namespace marlaas::sandbox {
 
 // A cgroup set (one dir per hierarchy) outlives its run: creating and removing memory cgroups
@@ -51,16 +53,6 @@ std::string ReadText(const std::string& path) {
 
 bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 
-bool HasWord(const std::string& text, const std::string& word, char sep) {
-  std::stringstream s(text);
-  std::string w;
-  while (std::getline(s, w, sep)) {
-    while (!w.empty() && (w.back() == '\n' || w.back() == ' ')) w.pop_back();
-    if (w == word) return true;
-  }
-  return false;
-}
-
 // The value of `key` in a "key value" per line file (memory.events, memory.oom_control); -1 when
 // absent.
 int64_t KeyedValue(const std::string& text, const std::string& key) {
@@ -70,53 +62,6 @@ int64_t KeyedValue(const std::string& text, const std::string& key) {
   while (lines >> k >> v)
     if (k == key) return v;
   return -1;
-}
-
-// One mounted hierarchy and this process's cgroup in it, as a directory.
-struct Hierarchy {
-  std::string mount, own_dir;
-};
-
-// Finds the cgroup2 mount (controller "") or the v1 mount carrying `controller`, and this
-// process's cgroup in it.
-bool FindHierarchy(const std::string& controller, Hierarchy* out) {
-  std::ifstream mountinfo("/proc/self/mountinfo");
-  std::string line, mount_root;
-  bool found = false;
-  while (std::getline(mountinfo, line)) {
-    std::istringstream f(line);
-    std::string id, parent, dev, root, point, opts, field;
-    f >> id >> parent >> dev >> root >> point >> opts;
-    while (f >> field && field != "-") {
-    }
-    std::string fstype, source, super;
-    f >> fstype >> source >> super;
-    const bool match = controller.empty() ? fstype == "cgroup2"
-                                          : fstype == "cgroup" && HasWord(super, controller, ',');
-    if (match) {
-      out->mount = point;
-      mount_root = root;
-      found = true;
-      break;
-    }
-  }
-  if (!found) return false;
-  std::ifstream cgroups("/proc/self/cgroup");
-  while (std::getline(cgroups, line)) {
-    const size_t a = line.find(':'), b = line.find(':', a + 1);
-    if (a == std::string::npos || b == std::string::npos) continue;
-    const std::string controllers = line.substr(a + 1, b - a - 1);
-    std::string path = line.substr(b + 1);
-    const bool match =
-        controller.empty() ? line.compare(0, a, "0") == 0 : HasWord(controllers, controller, ',');
-    if (!match) continue;
-    // A container may mount a sub-tree of the hierarchy: our path is relative to its root.
-    if (mount_root != "/" && path.compare(0, mount_root.size(), mount_root) == 0)
-      path = path.substr(mount_root.size());
-    out->own_dir = out->mount + (path == "/" ? "" : path);
-    return true;
-  }
-  return false;
 }
 
 // Kills whatever is left in `dir` and removes it; waits at most about a second.
@@ -189,17 +134,17 @@ bool PrepareParent(const std::string& own_dir, const std::vector<std::string>& f
 Layout ProbeLayout() {
   Layout L;
   std::string why_v2 = "no cgroup2 mount", why_v1;
-  Hierarchy h;
-  if (FindHierarchy("", &h)) {
+  CgroupHierarchy h;
+  if (FindCgroupHierarchy("", &h)) {
     const std::string available = ReadText(h.own_dir + "/cgroup.controllers");
-    if (!HasWord(available, "memory", ' ') || !HasWord(available, "pids", ' ')) {
+    if (!HasListWord(available, "memory", ' ') || !HasListWord(available, "pids", ' ')) {
       why_v2 = "cgroup v2 at " + h.own_dir + " does not offer the memory and pids controllers";
     } else {
       const std::string enabled = ReadText(h.own_dir + "/cgroup.subtree_control");
       std::string parent;
       // Enabling controllers below a cgroup that holds processes fails (EBUSY) unless it is the
       // root: then the subtree is not delegated to us and we fall back.
-      if ((HasWord(enabled, "memory", ' ') && HasWord(enabled, "pids", ' ')) ||
+      if ((HasListWord(enabled, "memory", ' ') && HasListWord(enabled, "pids", ' ')) ||
           WriteText(h.own_dir + "/cgroup.subtree_control", "+memory +pids", &why_v2)) {
         if (PrepareParent(h.own_dir, {}, &parent, &why_v2) &&
             WriteText(parent + "/cgroup.subtree_control", "+memory +pids", &why_v2) &&
@@ -214,7 +159,7 @@ Layout ProbeLayout() {
     }
   }
   std::string where;
-  if (FindHierarchy("pids", &h)) {
+  if (FindCgroupHierarchy("pids", &h)) {
     std::string parent, why;
     if (PrepareParent(h.own_dir, {"pids.max"}, &parent, &why)) {
       L.pids_parent = parent;
@@ -226,7 +171,7 @@ Layout ProbeLayout() {
   } else {
     why_v1 += "no v1 pids hierarchy; ";
   }
-  if (FindHierarchy("memory", &h)) {
+  if (FindCgroupHierarchy("memory", &h)) {
     std::string parent, why;
     if (PrepareParent(h.own_dir, {"memory.limit_in_bytes"}, &parent, &why)) {
       L.memory_parent = parent;

@@ -17,7 +17,9 @@ const std::vector<Command>& Commands() {
        RunDemo},
       {"serve",
        "[--job FILE ...] [--state-dir DIR] [--model-dir DIR] [--device cpu|cuda[:N]] "
-       "[--rollout-replicas N] [--timeout-s S] [--stall-timeout-s S]",
+       "[--rollout-replicas N] [--timeout-s S] [--stall-timeout-s S] [--max-tenants N] "
+       "[--memory-budget-mb M (0: none)] [--metrics-port P] [--threads N] [--verifier-workers N] "
+       "[--instance NAME] [--allow-weak-sandbox] [--quiet]",
        "run the service with its control socket; with jobs, until every tenant is done", RunServe},
       {"submit", "JOB.json [--state-dir DIR]",
        "admit a tenant into the running service; prints its id and token", RunSubmit},

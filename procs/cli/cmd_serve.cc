@@ -13,6 +13,7 @@
 #include "procs/cli/cli.h"
 #include "procs/cli/run_jobs.h"
 #include "procs/common/pipeline.h"
+#include "procs/serve/admission.h"
 #include "proto/job_spec.h"
 #include "shm/tenant_table.h"
 
@@ -47,7 +48,7 @@ int RunServe(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "marlaas serve: --device: %s\n", st.message().c_str());
     return 2;
   }
-  long long threads = 1, workers = 2, port = -1, budget_mb = 0, max_tenants = 64, replicas = 1;
+  long long threads = 1, workers = 2, port = -1, budget_mb = -1, max_tenants = 64, replicas = 1;
   double timeout_s = 0;  // none: serve runs until its jobs are done or it is stopped
   double stall_s = double(o.service.stall_timeout_ms) / 1000;
   const bool numbers_ok =
@@ -56,7 +57,7 @@ int RunServe(const std::vector<std::string>& argv) {
       TakeNumber(&args, "serve", "--timeout-s", 0, 1e9, &timeout_s) &&
       TakeNumber(&args, "serve", "--stall-timeout-s", 0, 1e6, &stall_s) &&
       TakeInteger(&args, "serve", "--metrics-port", 0, 65535, &port) &&
-      TakeInteger(&args, "serve", "--memory-budget-mb", 1, 1LL << 30, &budget_mb) &&
+      TakeInteger(&args, "serve", "--memory-budget-mb", 0, 1LL << 30, &budget_mb) &&
       TakeInteger(&args, "serve", "--max-tenants", 1, kMaxTenants, &max_tenants) &&
       TakeInteger(&args, "serve", "--rollout-replicas", 1, pipeline::kMaxRolloutReplicas,
                   &replicas);
@@ -68,7 +69,6 @@ int RunServe(const std::vector<std::string>& argv) {
   o.control_socket = true;
   o.resume = true;  // a restart on the same state dir picks up every unfinished tenant
   o.metrics_jsonl = true;
-  o.service.memory_budget_bytes = uint64_t(budget_mb) << 20;
   o.service.max_tenants = int(max_tenants);
   o.metrics_port = int(port);
   o.until_stopped = o.jobs.empty();
@@ -91,6 +91,17 @@ int RunServe(const std::vector<std::string>& argv) {
       return 1;
     }
     o.service.stage.model_dir = *dir;
+  }
+  // Without --memory-budget-mb, what this host can hold (0: no budget).
+  if (budget_mb >= 0) {
+    o.service.memory_budget_bytes = uint64_t(budget_mb) << 20;
+    o.service.memory_budget_source = budget_mb > 0 ? "--memory-budget-mb" : "";
+  } else {
+    const bool on_cpu = *ParseDeviceName(o.service.stage.device) < 0;  // checked above
+    const serve::MemoryBudget b =
+        serve::DefaultMemoryBudget(o.service.stage.model_dir, on_cpu ? 1 + int(replicas) : 0);
+    o.service.memory_budget_bytes = b.bytes;
+    o.service.memory_budget_source = b.source;
   }
   auto report = RunJobs(o);
   if (!report.ok()) {

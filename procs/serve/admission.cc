@@ -1,9 +1,12 @@
 #include "procs/serve/admission.h"
 
+#include <algorithm>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "base/file_util.h"
+#include "base/host_memory.h"
 
 namespace marlaas::serve {
 
@@ -44,6 +47,28 @@ Result<uint64_t> EstimateTenantBytes(const pb::JobSpec& spec, const std::string&
   const uint64_t kv_cache = rollout_rows * positions * layers * 2 * kv * 4;
   const uint64_t activations = step_sequences * positions * layers * (12 * hidden + 3 * inter) * 4;
   return 28 * params + kv_cache + activations;
+}
+
+MemoryBudget DefaultMemoryBudget(const std::string& model_dir, int host_model_copies) {
+  const HostMemory host = UsableHostMemory();
+  if (host.bytes == 0) return {0, "this host's memory is unknown: no budget"};
+  uint64_t weights = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(model_dir, ec)) {
+    if (e.path().extension() != ".safetensors") continue;
+    const uintmax_t size = e.file_size(ec);
+    if (!ec) weights += size;
+  }
+  auto mib = [](uint64_t b) { return std::to_string(b >> 20); };
+  std::string source =
+      "the default: this host's " + mib(host.bytes) + " MiB (" + host.limited_by + ")";
+  const uint64_t held = weights * uint64_t(std::max(0, host_model_copies));
+  if (held > 0) {
+    source += " less the base model's " + mib(weights) + " MiB in each of " +
+              std::to_string(host_model_copies) + " model processes";
+  }
+  source += "; --memory-budget-mb sets another";
+  return {held < host.bytes ? host.bytes - held : 1, source};
 }
 
 }  // namespace marlaas::serve

@@ -25,4 +25,16 @@ inline constexpr uint64_t kPromptAllowance = 256;  // tokens assumed for a promp
 // The estimate above; errors name config.json fields that are missing.
 Result<uint64_t> EstimateTenantBytes(const pb::JobSpec& spec, const std::string& model_dir);
 
+// The budget serve admits against when none is given (--memory-budget-mb): the memory this host
+// lets the service use (base/host_memory.h), less the base model's weights (its *.safetensors
+// files) in each process that loads them on the host: `host_model_copies` (the trainer and every
+// rollout replica on the CPU; none when they run on a GPU). `source` says how it was reckoned,
+// for the refusal message. Unknown host memory: bytes 0 (no budget). Weights that fill the host:
+// 1 byte (every tenant is refused, and the message says why).
+struct MemoryBudget {
+  uint64_t bytes = 0;
+  std::string source;
+};
+MemoryBudget DefaultMemoryBudget(const std::string& model_dir, int host_model_copies);
+
 }  // namespace marlaas::serve

@@ -344,7 +344,10 @@ Result<int> Service::AdmitChecked(const pb::JobSpec& spec, TenantState state) {
                     "tenant '" + spec.tenant() + "' needs about " + mib(need) +
                         " MiB; the service's memory budget is " +
                         mib(options_.memory_budget_bytes) + " MiB and " + mib(committed) +
-                        " MiB is committed to " + std::to_string(live) + " tenant(s)");
+                        " MiB is committed to " + std::to_string(live) + " tenant(s)" +
+                        (options_.memory_budget_source.empty()
+                             ? ""
+                             : " (budget: " + options_.memory_budget_source + ")"));
     }
   }
   // The row first, then job.json, then the table: a failure before the last leaves no job.json

@@ -37,6 +37,7 @@ struct ServiceOptions {
   // Admission: the summed EstimateTenantBytes (admission.h) of the tenants not yet finished,
   // stopped or failed may not exceed this (0: no budget).
   uint64_t memory_budget_bytes = 0;
+  std::string memory_budget_source;  // how the budget was set, for the refusal message
   // A running stage whose engine metrics have not been updated for this long (a hung process:
   // stopped, deadlocked, stuck in a device call) is killed and restarted like a crashed one
   // (0: never). Stages update them at least every loop, and the trainer also after each

@@ -481,6 +481,35 @@ TEST_F(PipelineTest, ServeSaysWhenItStopsAtItsTimeLimit) {
   EXPECT_FALSE(fs::exists(TenantDir("long") + "/state"));
 }
 
+// serve without --memory-budget-mb admits against what the host can hold: a job far larger is
+// refused at submit, with the figures and where the budget came from, and nothing is left of it;
+// a small job beside it is admitted.
+TEST_F(PipelineTest, ServeRefusesAJobTheHostCannotHoldAtSubmit) {
+  pid_t serve = StartServeProcess(state_dir_);
+  const ScopeExit kill_serve([&serve] {
+    if (serve > 0) KillChild(serve);
+  });
+  pb::JobSpec huge = SmallJob("huge", "countdown", 5, 1);
+  huge.set_group_size(256);
+  huge.set_prompts_per_step(1024);
+  huge.mutable_sampling()->set_max_new_tokens(8192);
+  pb::ControlReply r;
+  for (int i = 0; i < 100; ++i) {  // the socket appears once serve is up
+    r = Call(state_dir_, "", Submit(huge));
+    if (r.ok() || r.error().find("transport") == std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_FALSE(r.ok()) << "a job of terabytes was admitted";
+  EXPECT_NE(r.error().find("tenant 'huge' needs about"), std::string::npos) << r.error();
+  EXPECT_NE(r.error().find("budget: the default: this host's"), std::string::npos) << r.error();
+  EXPECT_FALSE(fs::exists(TenantDir("huge") + "/job.json"));
+  const pb::ControlReply small = Call(state_dir_, "", Submit(SmallJob("small", "countdown", 1, 2)));
+  EXPECT_TRUE(small.ok()) << small.error();
+  ::kill(serve, SIGTERM);
+  EXPECT_FALSE(WaitChildFor(serve, 60).timed_out) << "serve did not stop within 60 s of SIGTERM";
+  serve = -1;
+}
+
 // kill -9 of serve mid-run: its stages follow it, and a new serve on the same state dir resumes
 // every unfinished tenant from its last checkpoint, with its token, to the end.
 TEST_F(PipelineTest, KillNineOfServeThenRestartResumesEveryTenant) {

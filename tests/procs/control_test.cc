@@ -14,9 +14,11 @@
 #include <thread>
 
 #include "base/file_util.h"
+#include "base/host_memory.h"
 #include "bench/sim/measured_run.h"
 #include "procs/cli/cli.h"
 #include "procs/cli/control_client.h"
+#include "procs/serve/admission.h"
 #include "procs/serve/control_frame.h"
 #include "procs/serve/control_server.h"
 #include "procs/serve/tenant_status.h"
@@ -386,6 +388,31 @@ TEST(SettledStatusTest, AReasonThatIsNotUtf8StillGivesAReadableReply) {
 
 // Numeric flags are parsed strictly: junk, a trailing suffix or an out-of-range value is refused
 // with the flag named (serve then exits with 2 before starting anything).
+// serve's default budget: what this host can hold, less the base weights of each process that
+// loads them on the host; weights larger than the host leave no room (every tenant refused).
+TEST(AdmissionTest, TheDefaultBudgetIsTheHostLessTheBaseWeightsInEachModelProcess) {
+  const testing::ScopedTempDir model("model");
+  const HostMemory host = UsableHostMemory();
+  ASSERT_GT(host.bytes, uint64_t(8) << 20);
+  auto sparse = [&](const std::string& name, uint64_t bytes) {
+    std::ofstream(model.path() + "/" + name).put('x');
+    ASSERT_EQ(::truncate((model.path() + "/" + name).c_str(), off_t(bytes)), 0);
+  };
+  sparse("model-00001-of-00002.safetensors", 3 << 20);
+  sparse("model-00002-of-00002.safetensors", 1 << 20);
+  sparse("tokenizer.json", 5 << 20);  // not weights
+  MemoryBudget b = DefaultMemoryBudget(model.path(), 2);
+  EXPECT_EQ(b.bytes, host.bytes - (uint64_t(8) << 20));
+  EXPECT_NE(b.source.find("less the base model's 4 MiB in each of 2 model processes"),
+            std::string::npos)
+      << b.source;
+  EXPECT_NE(b.source.find("--memory-budget-mb"), std::string::npos) << b.source;
+  b = DefaultMemoryBudget(model.path(), 0);  // weights on a GPU
+  EXPECT_EQ(b.bytes, host.bytes);
+  sparse("model-00002-of-00002.safetensors", host.bytes);
+  EXPECT_EQ(DefaultMemoryBudget(model.path(), 1).bytes, 1u);
+}
+
 TEST(CommandLineTest, NumericFlagsAreCheckedAndNamed) {
   std::vector<std::string> args = {"--max-tenants", "12", "--timeout-s=2.5", "rest"};
   long long n = 0;
