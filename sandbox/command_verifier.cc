@@ -14,6 +14,16 @@ Verdict Broken(const std::string& why) {
   return v;
 }
 
+// The end of a program's stderr, where an error's message is (a Python traceback's last line):
+// at most `n` bytes, starting at a character, marked when cut, without a final newline.
+std::string StderrTail(std::string text, size_t n) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  if (text.size() <= n) return text;
+  size_t from = text.size() - n;
+  while (from < text.size() && (static_cast<unsigned char>(text[from]) & 0xC0) == 0x80) ++from;
+  return "..." + text.substr(from);
+}
+
 Verdict Judge(const SandboxResult& r) {
   if (r.outcome == SandboxOutcome::kSetupFailed) return Broken("sandbox: " + r.setup_error);
   if (r.outcome == SandboxOutcome::kTimeout) return Broken("timed out");
@@ -23,7 +33,7 @@ Verdict Judge(const SandboxResult& r) {
     return Broken("killed by signal " + std::to_string(r.signal));
   if (r.exit_code != 0) {
     return Broken("exited with " + std::to_string(r.exit_code) + ": " +
-                  r.stderr_data.substr(0, 200));
+                  StderrTail(r.stderr_data, kVerifierStderrBytes));
   }
   json out = json::parse(r.stdout_data, nullptr, false);
   if (out.is_discarded() || !out.is_object() || !out.contains("reward") ||

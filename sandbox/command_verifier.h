@@ -2,7 +2,9 @@
 // sandbox with {"prompt", "completion", "metadata"} as JSON on stdin. It must print one JSON
 // object {"reward": x} with 0 <= x <= 1 on stdout. Anything else — a crash, a timeout, no or
 // malformed output, a reward out of range — is a verifier error (OUTCOME_INFRA_ERROR, no reward),
-// never a score for the candidate; such failures are retried up to `attempts` runs in all.
+// never a score for the candidate; such failures are retried up to `attempts` runs in all. A
+// program that exits non-zero is reported with the end of its stderr (kVerifierStderrBytes), where
+// its error's message is.
 #pragma once
 
 #include <string>
@@ -13,6 +15,8 @@
 #include "sandbox/verdict.h"
 
 namespace marlaas::sandbox {
+
+inline constexpr size_t kVerifierStderrBytes = 1000;
 
 struct CommandVerifierSpec {
   std::vector<std::string> argv;  // e.g. {"/usr/bin/python3", "verify.py"}

@@ -19,6 +19,7 @@
 #include "model/transformer.h"
 #include "procs/common/stage_device.h"
 #include "procs/common/task_source.h"
+#include "procs/common/tenant_error.h"
 #include "procs/common/tenant_watcher.h"
 #include "procs/rollout/adapter_inbox.h"
 #include "sandbox/tool_syntax.h"
@@ -377,7 +378,8 @@ void Rollout::MarkUnservable(RolloutTenant* t, const std::string& why) {
   StageLog(kRole, "tenant %s: not served: %s", t->id.c_str(), why.c_str());
   t->unservable = why;
   t->finished = true;
-  std::snprintf(t->metrics.last_error, sizeof(t->metrics.last_error), "rollout: %s", why.c_str());
+  pipeline::SetTenantError(pipeline::TenantDir(args_.state_dir, t->id), kRole, "rollout: " + why,
+                           &t->metrics);
   (void)metrics_.StoreTenant(t->row, t->metrics);
 }
 

@@ -52,6 +52,12 @@ Status ControlHandler::StatusOf(const std::string& token, const pb::StatusReques
   };
   std::set<std::string> with_rows;
   for (const TenantView& v : service_->Tenants()) {
+    // A settled tenant is reported from the state dir below, as after a restart: the row keeps
+    // only the first bytes of its reason.
+    if (IsSettled(v.record.state) &&
+        FileExists(pipeline::TenantDir(service_->options().stage.state_dir, v.record.id) +
+                   "/state"))
+      continue;
     with_rows.insert(v.record.id);
     if (wanted(v.record.id)) *out->add_tenants() = TenantStatusOf(v);
   }

@@ -21,6 +21,7 @@
 #include "base/utf8.h"
 #include "procs/common/checkpoint_files.h"
 #include "procs/common/task_source.h"
+#include "procs/common/tenant_error.h"
 #include "procs/serve/admission.h"
 #include "procs/serve/stage_gpus.h"
 #include "procs/serve/tenant_status.h"
@@ -400,19 +401,21 @@ Result<int> Service::PickRow() const {
   return free_row >= 0 ? free_row : settled_row;
 }
 
-void Service::Settle(int row, TenantRecord rec, TenantState state, const char* reason) {
+void Service::Settle(int row, TenantRecord rec, TenantState state, const std::string& reason) {
   const int64_t t0 = MonotonicNanos();
   rec.state = state;
-  std::snprintf(rec.reason, sizeof(rec.reason), "%s", reason == nullptr ? "" : reason);
+  std::snprintf(rec.reason, sizeof(rec.reason), "%s", reason.c_str());
   rec.settled_unix_ms = NowMs();
   estimates_.erase(rec.id);
   // What `status` shows once the row is reused or the service restarts, then the final state,
   // which also tells a restarted service not to resume the tenant.
   TenantView v = ViewOf(row, rec);
   const std::string dir = pipeline::TenantDir(options_.stage.state_dir, rec.id);
-  Status st = WriteSettledStatus(dir, TenantStatusOf(v));
+  pb::TenantStatus status = TenantStatusOf(v);
+  status.set_reason(ValidUtf8(reason));
+  Status st = WriteSettledStatus(dir, status);
   std::string text = TenantStateName(state);
-  if (rec.reason[0]) text += std::string(": ") + rec.reason;
+  if (!reason.empty()) text += ": " + reason;
   if (st.ok()) st = WriteFileAtomically(dir + "/state", text + "\n");
   if (!st.ok()) std::fprintf(stderr, "[serve] tenant %s: %s\n", rec.id, st.ToString().c_str());
   st = table_->Put(row, rec);
@@ -530,9 +533,12 @@ void Service::Tick() {
   // Tenants the trainer has finished, and tenants whose verifier keeps failing, whom the
   // trainer could not start (e.g. unreadable checkpoints) or whom their rollout cannot serve (a
   // dataset gone since admission, a prompt that encodes to nothing).
-  auto settle = [&](int row, const TenantRecord& rec, TenantState state, const char* reason) {
-    if (reason != nullptr) std::fprintf(stderr, "[serve] tenant %s failed: %s\n", rec.id, reason);
-    Settle(row, rec, state, reason);
+  // The reason is the stage's last_error, whole when the stage left it in the tenant's dir.
+  auto fail = [&](int row, const TenantRecord& rec, const char* role, const char* last_error) {
+    const std::string reason = pipeline::FullTenantError(
+        pipeline::TenantDir(options_.stage.state_dir, rec.id), role, last_error);
+    std::fprintf(stderr, "[serve] tenant %s failed: %s\n", rec.id, reason.c_str());
+    Settle(row, rec, TenantState::kFailed, reason);
   };
   for (auto& [row, rec] : table_->Snapshot()) {
     if (rec.state != TenantState::kRunning) continue;
@@ -546,13 +552,13 @@ void Service::Tick() {
     const bool r_ok = rm.ok() && rm->generation == rec.generation;
     if (v_ok && vm->verifier_errors >= kFailAfterVerifierErrors &&
         vm->verifier_errors > 2 * vm->groups) {
-      settle(row, rec, TenantState::kFailed, vm->last_error);
+      fail(row, rec, "verifier", vm->last_error);
     } else if (t_ok && tm->steps == 0 && tm->last_error[0]) {
-      settle(row, rec, TenantState::kFailed, tm->last_error);
+      fail(row, rec, "trainer", tm->last_error);
     } else if (t_ok && tm->steps >= rec.max_steps) {
-      settle(row, rec, TenantState::kFinished, nullptr);
+      Settle(row, rec, TenantState::kFinished, "");
     } else if (r_ok && rm->last_error[0]) {
-      settle(row, rec, TenantState::kFailed, rm->last_error);
+      fail(row, rec, "rollout", rm->last_error);
     }
   }
 }

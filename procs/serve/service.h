@@ -163,7 +163,9 @@ class Service {
   // Makes the tenant of `row` finished, stopped or failed: writes <tenant>/status.json (what
   // `status` shows once the row is reused), then <tenant>/state ("finished", "stopped: why",
   // "failed: why"), which a restarted service does not resume, then the row.
-  void Settle(int row, TenantRecord rec, TenantState state, const char* reason);
+  // `reason` whole goes to the tenant's state and status.json; the table's record keeps its
+  // first bytes.
+  void Settle(int row, TenantRecord rec, TenantState state, const std::string& reason);
   TenantView ViewOf(int row, const TenantRecord& rec) const;
 
   ServiceOptions options_;

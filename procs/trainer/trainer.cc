@@ -17,6 +17,7 @@
 #include "model/lora_adapter.h"
 #include "model/transformer.h"
 #include "procs/common/stage_device.h"
+#include "procs/common/tenant_error.h"
 #include "procs/common/tenant_watcher.h"
 #include "procs/trainer/adapter_fanout.h"
 #include "procs/trainer/checkpoint.h"
@@ -285,7 +286,8 @@ void Trainer::SyncTenants() {
       StageLog(kRole, "tenant %s: cannot start training: %s", w.record.id, st.ToString().c_str());
       TenantMetrics m{};
       m.generation = w.record.generation;
-      std::snprintf(m.last_error, sizeof(m.last_error), "trainer: %s", st.ToString().c_str());
+      pipeline::SetTenantError(pipeline::TenantDir(args_.state_dir, w.record.id), kRole,
+                               "trainer: " + st.ToString(), &m);
       (void)metrics_.StoreTenant(w.row, m);
     }
   }
@@ -321,8 +323,7 @@ void Trainer::Checkpoint(TrainTenant* t) {
   checkpoint_cpu_ns_ += ProcessCpuNanos() - cpu0;
   if (!st.ok()) {
     StageLog(kRole, "tenant %s: checkpoint failed: %s", t->id.c_str(), st.ToString().c_str());
-    std::snprintf(t->metrics.last_error, sizeof(t->metrics.last_error), "checkpoint: %s",
-                  st.message().c_str());
+    pipeline::SetTenantError(t->dir, kRole, "checkpoint: " + st.message(), &t->metrics);
     t->checkpoint_failed_ns = MonotonicNanos();
     return;
   }
@@ -512,8 +513,7 @@ bool Trainer::TrainReady(bool under_pressure) {
       // A gradient that was not finite once is the step's problem, not the tenant's: serve
       // fails a tenant whose first step has a last_error.
       if (!results[i].not_finite) {
-        std::snprintf(stepping[k]->metrics.last_error, sizeof(stepping[k]->metrics.last_error),
-                      "%s", why.c_str());
+        pipeline::SetTenantError(stepping[k]->dir, kRole, why, &stepping[k]->metrics);
       }
       continue;
     }

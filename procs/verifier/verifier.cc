@@ -14,6 +14,7 @@
 
 #include "base/cpu_time.h"
 #include "procs/common/task_source.h"
+#include "procs/common/tenant_error.h"
 #include "procs/common/tenant_watcher.h"
 #include "sandbox/probe.h"
 #include "sandbox/sandbox_pool.h"
@@ -176,7 +177,7 @@ void RunJobUnguarded(Job* job) {
       // An infrastructure failure is never a score: the group cannot be trained on, and the
       // rest of it would fail the same way.
       g.set_failure("verifier failed (" + std::to_string(v.attempts) +
-                    " attempts): " + v.detail.substr(0, 160));
+                    " attempts): " + v.detail.substr(0, 1200));
       return;
     }
   }
@@ -361,7 +362,8 @@ void Verifier::Finish(Slot* slot, RingProducer* tools) {
     m.tool_ns += uint64_t(job.cpu_ns);
   } else if (!job.group.failure().empty()) {
     ++m.verifier_errors;
-    std::snprintf(m.last_error, sizeof(m.last_error), "%s", job.group.failure().c_str());
+    pipeline::SetTenantError(pipeline::TenantDir(args_.state_dir, job.tenant_key), kRole,
+                             job.group.failure(), &m);
   } else {
     ++m.groups;
     m.work_ns += uint64_t(job.cpu_ns);

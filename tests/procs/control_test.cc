@@ -18,6 +18,7 @@
 #include "bench/sim/measured_run.h"
 #include "procs/cli/cli.h"
 #include "procs/cli/control_client.h"
+#include "procs/common/tenant_error.h"
 #include "procs/serve/admission.h"
 #include "procs/serve/control_frame.h"
 #include "procs/serve/control_server.h"
@@ -411,6 +412,22 @@ TEST(AdmissionTest, TheDefaultBudgetIsTheHostLessTheBaseWeightsInEachModelProces
   EXPECT_EQ(b.bytes, host.bytes);
   sparse("model-00002-of-00002.safetensors", host.bytes);
   EXPECT_EQ(DefaultMemoryBudget(model.path(), 1).bytes, 1u);
+}
+
+// A stage's error for a tenant: cut in the metrics record, whole in the tenant's dir, and serve
+// takes the whole text only when it continues the cut one (not an older error's file).
+TEST(TenantErrorTest, TheWholeErrorIsTakenOnlyWhenItContinuesTheCutOne) {
+  const testing::ScopedTempDir dir("tenant");
+  TenantMetrics m{};
+  const std::string whole = "verifier failed: " + std::string(300, 'x') + " the end";
+  pipeline::SetTenantError(dir.path(), "verifier", whole, &m);
+  const std::string cut = m.last_error;
+  EXPECT_EQ(cut.size(), sizeof(m.last_error) - 1);
+  EXPECT_EQ(pipeline::FullTenantError(dir.path(), "verifier", cut), whole);
+  EXPECT_EQ(pipeline::FullTenantError(dir.path(), "trainer", cut), cut);  // no file of its own
+  EXPECT_EQ(pipeline::FullTenantError(dir.path(), "verifier", "another error"), "another error");
+  pipeline::SetTenantError(dir.path(), "rollout", std::string(10000, 'y'), &m);
+  EXPECT_EQ(ReadFile(dir.path() + "/rollout.error")->size(), pipeline::kTenantErrorBytes);
 }
 
 TEST(CommandLineTest, NumericFlagsAreCheckedAndNamed) {

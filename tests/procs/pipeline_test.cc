@@ -377,6 +377,15 @@ TEST_F(PipelineTest, BrokenTenantVerifiersDoNotHarmOthers) {
   ASSERT_TRUE(service_->Admit(SmallJob("good1", "arithmetic", 6, 3)).ok());
   ASSERT_TRUE(service_->Admit(custom("hangs", "sleep 60")).ok());
   ASSERT_TRUE(service_->Admit(custom("crashes", "kill -SEGV $$")).ok());
+  // A Python-like traceback: its last line, the error's message, is what the reason must show.
+  ASSERT_TRUE(service_
+                  ->Admit(custom("raises",
+                                 "echo 'Traceback (most recent call last):' >&2; i=0; "
+                                 "while [ $i -lt 40 ]; do echo \"  File \\\"/v.py\\\", line "
+                                 "$i, in check\" >&2; i=$((i+1)); done; "
+                                 "echo 'ValueError: the reference is not a number' >&2; "
+                                 "exit 3"))
+                  .ok());
   ASSERT_TRUE(service_->Admit(SmallJob("good2", "countdown", 6, 4)).ok());
   ASSERT_TRUE(RunUntil([&] { return service_->AllDone(); }, 170)) << "the run did not finish";
   for (const serve::TenantView& t : service_->Tenants()) {
@@ -395,6 +404,23 @@ TEST_F(PipelineTest, BrokenTenantVerifiersDoNotHarmOthers) {
           << id;
     }
   }
+  // The table's row keeps the reason's first bytes; the state file and `status` have all of it.
+  const std::string why = "exited with 3: ...";
+  const std::string last = "ValueError: the reference is not a number";
+  const std::string state = ReadAll(TenantDir("raises") + "/state");
+  EXPECT_NE(state.find(why), std::string::npos) << state;
+  EXPECT_NE(state.find(last), std::string::npos) << state;
+  auto tokens = serve::Tokens::Open(state_dir_);
+  ASSERT_TRUE(tokens.ok()) << tokens.status().ToString();
+  serve::ControlHandler handler(service_.get(), &*tokens);
+  pb::ControlRequest r;
+  r.set_token(tokens->admin());
+  r.mutable_status()->set_tenant("raises");
+  const pb::ControlReply status = handler.Handle(r);
+  ASSERT_TRUE(status.ok() && status.status().tenants_size() == 1) << status.error();
+  EXPECT_EQ(status.status().tenants(0).state(), "failed");
+  EXPECT_NE(status.status().tenants(0).reason().find(last), std::string::npos)
+      << status.status().tenants(0).reason();
   // The supervisor did not restart anything: a broken tenant verifier never crashes a stage.
   for (const serve::StageView& s : service_->Stages()) EXPECT_EQ(s.restarts, 0) << s.role;
 }
