@@ -97,9 +97,13 @@ int RunStatus(const std::vector<std::string>& argv) {
   std::printf("%-20s %-17s %-9s %6s %7s %5s  %s\n", "tenant", "task", "state", "step", "reward",
               "stale", "reason");
   for (const pb::TenantStatus& t : reply->status().tenants()) {
+    // A reason of several lines (a verifier's stderr) goes on under its column.
+    std::string reason;
+    for (char ch : t.reason())
+      reason += ch == '\n' ? "\n" + std::string(71, ' ') : std::string(1, ch);
     std::printf("%-20s %-17s %-9s %6llu %7.3f %5u  %s\n", t.id().c_str(), t.task().c_str(),
                 t.state().c_str(), (unsigned long long)t.step(), t.reward_mean(), t.staleness(),
-                t.reason().c_str());
+                reason.c_str());
   }
   return 0;
 }
