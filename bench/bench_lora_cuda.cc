@@ -68,22 +68,25 @@ double TimeUs(const std::function<Status()>& launch, bool quick) {
   for (int i = 0; i < (quick ? 1 : 10); ++i) {
     if (!launch().ok()) return -1;
   }
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
+  cudaEvent_t start = nullptr, stop = nullptr;
+  bool ok = cudaEventCreate(&start) == cudaSuccess && cudaEventCreate(&stop) == cudaSuccess;
   std::vector<double> samples;
-  for (int r = 0; r < repeats; ++r) {
-    cudaEventRecord(start, 0);
-    for (int i = 0; i < iters; ++i) launch().ok();
-    cudaEventRecord(stop, 0);
-    cudaEventSynchronize(stop);
+  for (int r = 0; ok && r < repeats; ++r) {
+    ok = cudaEventRecord(start, 0) == cudaSuccess;
+    // Every launch's status counts: the launchers take the launch error (cudaGetLastError), so
+    // a failed launch is seen here or not at all.
+    for (int i = 0; ok && i < iters; ++i) ok = launch().ok();
     float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    samples.push_back(1000.0 * ms / iters);
+    ok = ok && cudaEventRecord(stop, 0) == cudaSuccess &&
+         cudaEventSynchronize(stop) == cudaSuccess &&
+         cudaEventElapsedTime(&ms, start, stop) == cudaSuccess;
+    if (ok) samples.push_back(1000.0 * ms / iters);
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return cudaGetLastError() == cudaSuccess ? Percentile(samples, 50) : -1;
+  if (start != nullptr) cudaEventDestroy(start);
+  if (stop != nullptr) cudaEventDestroy(stop);
+  ok = ok && cudaDeviceSynchronize() == cudaSuccess;
+  if (!ok) cudaGetLastError();  // clear a sticky launch error before the next measurement
+  return ok ? Percentile(samples, 50) : -1;
 }
 
 struct Row {

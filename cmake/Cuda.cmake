@@ -12,8 +12,9 @@ if(MARLAAS_WITH_CUDA)
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
     # NCCL from the toolkit's folders, or from NCCL_ROOT (e.g. PyTorch's nvidia-nccl wheel, which
-    # ships only libnccl.so.2).
-    find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2
+    # ships only libnccl.so.2). NAMES_PER_DIR: the library beside the header found (NCCL_ROOT
+    # first), not a system libnccl.so of another version found by its first name.
+    find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR
       HINTS ${NCCL_ROOT}/lib ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/lib)
     find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${NCCL_ROOT}/include ${CUDAToolkit_INCLUDE_DIRS})
     set(MARLAAS_HAVE_NCCL OFF)

@@ -274,7 +274,8 @@ std::vector<TenantStepResult> MultiTenantStep(const model::Transformer& model,
 }
 
 IsolatedSteps MultiTenantStepIsolated(const model::Transformer& model,
-                                      std::vector<TenantStep>& tenants, bool share_prompts) {
+                                      std::vector<TenantStep>& tenants, bool share_prompts,
+                                      const std::function<void()>& after_each_retry) {
   IsolatedSteps out;
   out.results.resize(tenants.size());
   out.failed.resize(tenants.size());
@@ -292,6 +293,7 @@ IsolatedSteps MultiTenantStepIsolated(const model::Transformer& model,
       } catch (const std::exception& e) {
         out.failed[k] = "training step failed: " + model::TorchErrorText(e);
       }
+      if (after_each_retry) after_each_retry();
     }
   }
   for (size_t k = 0; k < tenants.size(); ++k) {

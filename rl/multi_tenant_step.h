@@ -12,6 +12,7 @@
 // Trainer thread only.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -75,12 +76,14 @@ std::vector<TenantStepResult> MultiTenantStep(const model::Transformer& model,
 // updated, and every tenant is stepped again alone, so only those that fail alone fail. failed[k]
 // says why tenant k was not updated ("" when it was): its step threw, its own update threw, or
 // its gradient was not finite. (On CUDA a device-side assert spoils the context for every later
-// step: no retry isolates that.)
+// step: no retry isolates that.) `after_each_retry`, when given, is called after each tenant's
+// step alone (a trainer reports progress there: the retries of many tenants take long).
 struct IsolatedSteps {
   std::vector<TenantStepResult> results;
   std::vector<std::string> failed;
 };
 IsolatedSteps MultiTenantStepIsolated(const model::Transformer& model,
-                                      std::vector<TenantStep>& tenants, bool share_prompts = true);
+                                      std::vector<TenantStep>& tenants, bool share_prompts = true,
+                                      const std::function<void()>& after_each_retry = nullptr);
 
 }  // namespace marlaas::rl

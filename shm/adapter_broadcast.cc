@@ -155,11 +155,7 @@ bool AdapterBroadcaster::GenerationAlive() {
 }
 
 std::array<uint64_t, kMaxBroadcastMembers> AdapterBroadcaster::EligibleMembers() {
-  std::array<uint64_t, kMaxBroadcastMembers> live = rendezvous_->LiveMembers();
-  for (size_t m = 0; m < live.size(); ++m) {
-    if (live[m] != 0 && live[m] == excluded_[m]) live[m] = 0;
-  }
-  return live;
+  return strikes_.Eligible(rendezvous_->LiveMembers());
 }
 
 bool AdapterBroadcaster::NeedsForming() {
@@ -167,19 +163,26 @@ bool AdapterBroadcaster::NeedsForming() {
 }
 
 void AdapterBroadcaster::CountStrikes() {
+  BroadcastStrikes::Flags failed{};
   for (size_t m = 0; m < members_.size(); ++m) {
-    if (members_[m] == 0) continue;
-    if (rendezvous_->LeftGeneration(int(m)) < generation_) {
-      strikes_[m] = 0;  // it stayed through the last generation
-      continue;
-    }
-    if (++strikes_[m] >= kMaxStrikes) {
-      excluded_[m] = members_[m];
-      std::fprintf(stderr,
-                   "adapter broadcast: member slot %zu (pid %d) failed %d generations in a row; "
-                   "left out until it registers again\n",
-                   m, int(ProcessIdentity::Unpack(members_[m]).pid), kMaxStrikes);
-    }
+    failed[m] =
+        members_[m] != 0 && (silent_[m] || rendezvous_->LeftGeneration(int(m)) >= generation_);
+  }
+  silent_ = {};
+  for (int m : strikes_.EndGeneration(members_, failed)) {
+    std::fprintf(stderr,
+                 "adapter broadcast: member slot %d (pid %d) failed %d generations in a row (left "
+                 "them, or did not take part); left out until another process registers\n",
+                 m, int(ProcessIdentity::Unpack(members_[size_t(m)]).pid),
+                 BroadcastStrikes::kMaxStrikes);
+  }
+}
+
+void AdapterBroadcaster::BlameSilent(uint64_t seq) {
+  for (size_t m = 0; m < members_.size(); ++m) {
+    if (members_[m] != 0 &&
+        BroadcastStrikes::Silent(rendezvous_->ProgressOf(int(m)), generation_, seq))
+      silent_[m] = true;
   }
 }
 
@@ -225,6 +228,7 @@ Status AdapterBroadcaster::Form(Deadline deadline) {
   const auto members_alive = [&] { return GenerationAlive(); };
   Status st = WaitComm(comm_->comm, deadline, members_alive, "forming the broadcast group");
   if (!st.ok()) {
+    if (st.code() == StatusCode::kTimeout) BlameSilent(0);
     Abort();
     return st;
   }
@@ -245,7 +249,7 @@ Status AdapterBroadcaster::Broadcast(int slot, uint64_t tenant_generation, uint6
   a.tenant_generation = tenant_generation;
   a.version = version;
   a.bytes = bytes;
-  MARLAAS_RETURN_IF_ERROR(rendezvous_->Announce(a).status());
+  MARLAAS_ASSIGN_OR_RETURN(const uint64_t seq, rendezvous_->Announce(a));
   const auto members_alive = [&] { return GenerationAlive(); };
   const Deadline collective = CollectiveDeadline(deadline);
   Status st = OrderAfterDefaultStream(comm_.get());
@@ -258,6 +262,7 @@ Status AdapterBroadcaster::Broadcast(int slot, uint64_t tenant_generation, uint6
   }
   if (st.ok()) st = WaitStream(comm_->comm, comm_->stream, collective, members_alive);
   if (!st.ok()) {
+    if (st.code() == StatusCode::kTimeout) BlameSilent(seq);
     Abort();
     failed_ = true;
   }
@@ -304,6 +309,7 @@ Status AdapterReceiver::JoinRound(const BroadcastRound& round, int rank, Deadlin
   std::memcpy(&id, round.id.data(), sizeof(id));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
+  rendezvous_->Progress(member_, BroadcastProgress{round.generation, 0});  // began to join
   const ncclResult_t r = ncclCommInitRankConfig(&comm_->comm, round.world_size, id, rank, &config);
   if (r != ncclSuccess && r != ncclInProgress)
     return NcclError("ncclCommInitRankConfig (member)", r);  // the caller aborts comm_
@@ -392,6 +398,7 @@ Result<ReceivedAdapter> AdapterReceiver::Receive(void* dst, size_t capacity, Dea
     const Deadline collective = CollectiveDeadline(deadline);
     Status st = OrderAfterDefaultStream(comm_.get());
     if (st.ok()) {
+      rendezvous_->Progress(member_, BroadcastProgress{generation_, a->seq});  // entered it
       const ncclResult_t r =
           ncclBroadcast(buffer, buffer, a->bytes, ncclUint8, 0, comm_->comm, comm_->stream);
       st = r == ncclSuccess || r == ncclInProgress

@@ -21,6 +21,7 @@
 
 #include "base/deadline.h"
 #include "shm/broadcast_rendezvous.h"
+#include "shm/broadcast_strikes.h"
 
 namespace marlaas {
 
@@ -57,14 +58,16 @@ class AdapterBroadcaster {
  private:
   void Abort();
   bool GenerationAlive();  // every member of the current generation still runs
-  // Live members, less those left out: a member that left kMaxStrikes generations in a row
-  // (it cannot join or keep up) would otherwise make the root re-form forever and starve the
-  // others. It is left out until it registers again (a new process).
+  // Live members, less those left out (shm/broadcast_strikes.h): a member that fails
+  // generations in a row (it cannot join or keep up, or stays registered without taking part)
+  // would otherwise make the root re-form forever, or every broadcast wait its timeout.
   std::array<uint64_t, kMaxBroadcastMembers> EligibleMembers();
-  void CountStrikes();  // before forming: who left the generation that ends
-  static constexpr int kMaxStrikes = 3;
-  std::array<int, kMaxBroadcastMembers> strikes_{};
-  std::array<uint64_t, kMaxBroadcastMembers> excluded_{};
+  void CountStrikes();  // before forming: who left or was silent in the generation that ends
+  // After step `seq` (0: forming) of the current generation timed out: the members that never
+  // got to it are silent.
+  void BlameSilent(uint64_t seq);
+  BroadcastStrikes strikes_;
+  BroadcastStrikes::Flags silent_{};
   BroadcastRendezvous* rendezvous_;
   BroadcastOptions options_;
   std::unique_ptr<GroupComm> comm_;

@@ -8,7 +8,8 @@
 namespace marlaas {
 namespace {
 
-constexpr uint32_t kRendezvousLayoutVersion = 3;  // 3: announcements carry the tenant generation
+// 3: announcements carry the tenant generation; 4: members' progress
+constexpr uint32_t kRendezvousLayoutVersion = 4;
 
 SegmentName RendezvousName(const std::string& instance) { return {instance, "nccl"}; }
 
@@ -18,8 +19,9 @@ struct ShmRendezvous::Layout {
   std::atomic<uint64_t> root;  // ProcessIdentity::Pack() of the root; WRITER: the root
   // WRITER of slot m: the member that CAS-claimed it (identity 0 -> its own).
   std::atomic<uint64_t> members[kMaxBroadcastMembers];
-  std::atomic<uint64_t> left[kMaxBroadcastMembers];  // WRITER of slot m: its member
-  SeqlockCell<BroadcastRound> round;                 // WRITER: the root
+  std::atomic<uint64_t> left[kMaxBroadcastMembers];               // WRITER of slot m: its member
+  SeqlockCell<BroadcastProgress> progress[kMaxBroadcastMembers];  // WRITER of slot m: its member
+  SeqlockCell<BroadcastRound> round;                              // WRITER: the root
   // SYNC POINT: release-incremented by the root after announcements[(n-1) % ring] is stored;
   // members acquire-load it before reading that entry.
   std::atomic<uint64_t> announced;
@@ -97,6 +99,7 @@ Result<int> ShmRendezvous::Register() {
     if (id != 0 && IsAlive(ProcessIdentity::Unpack(id))) continue;
     if (layout()->members[m].compare_exchange_strong(id, self)) {
       layout()->left[m].store(0);
+      layout()->progress[m].Store(BroadcastProgress{});
       return m;
     }
   }
@@ -117,6 +120,17 @@ void ShmRendezvous::Leave(int member, uint64_t generation) {
 
 uint64_t ShmRendezvous::LeftGeneration(int member) {
   return member >= 0 && member < kMaxBroadcastMembers ? layout()->left[member].load() : 0;
+}
+
+void ShmRendezvous::Progress(int member, const BroadcastProgress& p) {
+  if (member >= 0 && member < kMaxBroadcastMembers) layout()->progress[member].Store(p);
+}
+
+BroadcastProgress ShmRendezvous::ProgressOf(int member) {
+  BroadcastProgress p;
+  if (member < 0 || member >= kMaxBroadcastMembers || !layout()->progress[member].Load(&p))
+    return BroadcastProgress{};
+  return p;
 }
 
 Result<BroadcastRound> ShmRendezvous::LatestRound() {

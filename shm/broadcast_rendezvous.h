@@ -42,6 +42,16 @@ struct BroadcastRound {
   uint64_t first_seq = 0;  // the first announcement of this generation
 };
 
+// How far a member got: the generation it began to join (before its NCCL init) and the last
+// announcement whose collective it entered (before its ncclBroadcast) in that generation (0:
+// none yet). When a step of the group times out, the root blames the members that never got to
+// it: they are silent (alive but not taking part), and a silent member is struck like one that
+// left (shm/broadcast_strikes.h).
+struct BroadcastProgress {
+  uint64_t generation = 0;
+  uint64_t seq = 0;
+};
+
 struct BroadcastAnnouncement {
   uint64_t seq = 0;  // 1, 2, ... over the life of the group
   uint64_t generation = 0;
@@ -70,6 +80,10 @@ class BroadcastRendezvous {
   virtual void Leave(int member, uint64_t generation) = 0;
   // Root: the last generation member slot `member` left (0: none).
   virtual uint64_t LeftGeneration(int member) = 0;
+  // Member: records its progress (BroadcastProgress). Root: reads it (zeros: none yet, or
+  // unreadable).
+  virtual void Progress(int member, const BroadcastProgress& p) = 0;
+  virtual BroadcastProgress ProgressOf(int member) = 0;
   virtual Result<BroadcastRound> LatestRound() = 0;
   // The announcement with sequence `seq`, once the root has made it; kUnavailable at `deadline`,
   // kResourceExhausted when the ring has moved past it.
@@ -95,6 +109,8 @@ class ShmRendezvous : public BroadcastRendezvous {
   void Unregister(int member) override;
   void Leave(int member, uint64_t generation) override;
   uint64_t LeftGeneration(int member) override;
+  void Progress(int member, const BroadcastProgress& p) override;
+  BroadcastProgress ProgressOf(int member) override;
   Result<BroadcastRound> LatestRound() override;
   Result<BroadcastAnnouncement> AnnouncementAt(uint64_t seq, Deadline deadline) override;
   bool RootAlive() override;

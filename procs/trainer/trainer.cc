@@ -500,7 +500,10 @@ bool Trainer::TrainReady(bool under_pressure) {
   // finite) has its groups dropped with the reason: retried after a restart, the same batch
   // would fail the same way. The others in the step go on (rl::MultiTenantStepIsolated).
   rl::IsolatedSteps done;
-  if (!steps.empty()) done = rl::MultiTenantStepIsolated(model_, steps);
+  if (!steps.empty()) {
+    done =
+        rl::MultiTenantStepIsolated(model_, steps, /*share_prompts=*/true, [this] { Heartbeat(); });
+  }
   const std::vector<rl::TenantStepResult>& results = done.results;
   for (size_t k = 0; k < stepping.size(); ++k) {
     const size_t i = step_of[k];

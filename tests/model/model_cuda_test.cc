@@ -209,16 +209,20 @@ TEST_F(ModelCudaTest, FusedLogprobsMatchTheCpuForwardAndBackward) {
   });
 }
 
+// The gradients of each step, compared relative to their scale, and the adapters after two steps.
+// SGD, not the trainer's AdamW: AdamW's first step moves every element by about ±lr whatever the
+// gradient's size, so a gradient near 0 whose sign differs between the devices by roundoff would
+// differ by 2 lr; SGD's update is linear in the gradient compared here.
 TEST_F(ModelCudaTest, AMultiTenantGrpoStepMatchesTheCpu) {
   RunInChild([]() -> std::string {
     auto cpu_w = BaseWeights::Random(Config(), 13);
     Transformer cpu(cpu_w), gpu(OnCuda(*cpu_w));
     std::string failures;
-    std::vector<std::vector<torch::Tensor>> flats(2);
+    std::vector<std::vector<torch::Tensor>> flats(2), grads(2), initial(2);
     for (int side = 0; side < 2; ++side) {
       const Transformer& model = side == 0 ? cpu : gpu;
       std::vector<LoraAdapter> adapters;
-      std::vector<std::unique_ptr<torch::optim::AdamW>> opts;
+      std::vector<std::unique_ptr<torch::optim::SGD>> opts;
       for (uint64_t k = 0; k < 2; ++k) {
         adapters.push_back(*LoraAdapter::Create(*cpu_w, 4 + 4 * uint32_t(k), 8, 0x7f, 20 + k));
         adapters.back().MoveTo(model.device());
@@ -226,8 +230,8 @@ TEST_F(ModelCudaTest, AMultiTenantGrpoStepMatchesTheCpu) {
       }
       std::vector<rl::TenantStep> steps(2);
       for (size_t k = 0; k < 2; ++k) {
-        opts.push_back(std::make_unique<torch::optim::AdamW>(
-            std::vector<torch::Tensor>{adapters[k].flat()}, torch::optim::AdamWOptions(1e-2)));
+        opts.push_back(std::make_unique<torch::optim::SGD>(
+            std::vector<torch::Tensor>{adapters[k].flat()}, torch::optim::SGDOptions(0.5)));
         steps[k].adapter = &adapters[k];
         steps[k].optimizer = opts.back().get();
         for (int row = 0; row < 3; ++row) {
@@ -241,12 +245,25 @@ TEST_F(ModelCudaTest, AMultiTenantGrpoStepMatchesTheCpu) {
           steps[k].completions.push_back(c);
         }
       }
+      for (auto& a : adapters) initial[size_t(side)].push_back(a.flat().detach().cpu().clone());
       // Two steps: the second starts from the first one's update.
-      for (int s = 0; s < 2; ++s) rl::MultiTenantStep(model, steps);
+      for (int s = 0; s < 2; ++s) {
+        rl::MultiTenantStep(model, steps);
+        for (auto& a : adapters) grads[size_t(side)].push_back(a.flat().grad().detach().cpu());
+      }
       for (auto& a : adapters) flats[size_t(side)].push_back(a.flat().detach().cpu());
     }
-    for (size_t k = 0; k < 2; ++k)
-      failures += Diff("trained adapter", flats[1][k], flats[0][k], 1e-4);
+    for (size_t i = 0; i < grads[0].size(); ++i) {
+      const double scale = grads[0][i].abs().max().item<double>();
+      if (!(scale > 0)) failures += "a tenant's gradient is zero on the CPU; ";
+      failures += Diff("gradient", grads[1][i], grads[0][i], 1e-3 * scale + 1e-7);
+    }
+    for (size_t k = 0; k < 2; ++k) {
+      failures += Diff("initial adapter", initial[1][k], initial[0][k], 0);
+      const double moved = (flats[0][k] - initial[0][k]).abs().max().item<double>();
+      if (!(moved > 0)) failures += "the CPU steps did not move an adapter; ";
+      failures += Diff("trained adapter", flats[1][k], flats[0][k], 2e-3 * moved + 1e-6);
+    }
     return failures;
   });
 }

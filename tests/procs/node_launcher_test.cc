@@ -128,6 +128,7 @@ TEST(NodeLauncherTest, OneGpuIsSharedAndFlagsOverrideTheDefault) {
   LaunchResult r = one.Launch("--dry-run");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(Has(r, "trainer GPUs: 0\n") && Has(r, "rollout GPUs: 0\n")) << r.out;
+  EXPECT_TRUE(Has(r, "env CUDA_VISIBLE_DEVICES=0\n")) << r.out;  // each GPU once
   EXPECT_TRUE(Has(r, "--rollout-replicas 1")) << r.out;
   FakeHost four(4);
   r = four.Launch("--dry-run --trainer-gpus 3 --rollout-gpus 0,1");

@@ -278,7 +278,10 @@ TEST(MultiTenantStepTest, IsolatedStepsFailOnlyTheTenantThatFailsAlone) {
   EXPECT_ANY_THROW(MultiTenantStep(model, steps));  // shared, it fails for both
   good = MakeTenant(*w, 4, all, 31, 3, 1.0f);
   steps = {StepOf(good), StepOf(bad)};
-  const IsolatedSteps done = MultiTenantStepIsolated(model, steps);
+  int retries = 0;  // each tenant's step alone reports progress
+  const IsolatedSteps done =
+      MultiTenantStepIsolated(model, steps, /*share_prompts=*/true, [&] { ++retries; });
+  EXPECT_EQ(retries, 2);
   ASSERT_EQ(done.failed.size(), 2u);
   EXPECT_EQ(done.failed[0], "");
   EXPECT_NE(done.failed[1].find("training step failed"), std::string::npos) << done.failed[1];

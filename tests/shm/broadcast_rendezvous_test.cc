@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include "shm/broadcast_strikes.h"
 #include "tests/test_util.h"
 
 namespace marlaas {
@@ -144,6 +145,71 @@ TEST(BroadcastRendezvousTest, AMemberThatLeavesAGenerationIsSeenByTheRootUntilIt
   auto again = member->Register();  // a fresh registration has left nothing
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(root->LeftGeneration(*again), 0u);
+}
+
+// A member's progress (the generation it began to join, the announcement it entered) reaches
+// the root, and a fresh registration starts with none.
+TEST(BroadcastRendezvousTest, AMembersProgressIsSeenByTheRootUntilItRegistersAgain) {
+  ScopedInstance inst;
+  auto root = ShmRendezvous::Create(inst.name());
+  ASSERT_TRUE(root.ok());
+  auto member = ShmRendezvous::Attach(inst.name());
+  ASSERT_TRUE(member.ok());
+  auto slot = member->Register();
+  ASSERT_TRUE(slot.ok());
+  EXPECT_EQ(root->ProgressOf(*slot).generation, 0u);
+  member->Progress(*slot, BroadcastProgress{4, 0});
+  member->Progress(*slot, BroadcastProgress{4, 17});
+  EXPECT_EQ(root->ProgressOf(*slot).generation, 4u);
+  EXPECT_EQ(root->ProgressOf(*slot).seq, 17u);
+  EXPECT_EQ(root->ProgressOf(kMaxBroadcastMembers).generation, 0u);  // out of range: none
+  member->Unregister(*slot);
+  auto again = member->Register();
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(root->ProgressOf(*again).seq, 0u);
+  EXPECT_EQ(root->ProgressOf(*again).generation, 0u);
+}
+
+// Silent: never began to join the generation being formed (seq 0), or never entered the
+// broadcast (seq) the group waited in.
+TEST(BroadcastStrikesTest, AMemberIsSilentOnlyWhereItNeverGotToTheStep) {
+  EXPECT_TRUE(BroadcastStrikes::Silent({3, 9}, 4, 0));   // still in the old generation
+  EXPECT_FALSE(BroadcastStrikes::Silent({4, 0}, 4, 0));  // began to join
+  EXPECT_TRUE(BroadcastStrikes::Silent({4, 0}, 4, 12));  // joined, never entered seq 12
+  EXPECT_TRUE(BroadcastStrikes::Silent({4, 11}, 4, 12));
+  EXPECT_FALSE(BroadcastStrikes::Silent({4, 12}, 4, 12));  // entered it: someone else hung
+  EXPECT_TRUE(BroadcastStrikes::Silent({}, 1, 0));         // registered, never anything
+}
+
+// kMaxStrikes failed generations in a row leave a member out; one generation got through starts
+// its count again; another process in the slot is eligible at once; others are not affected.
+TEST(BroadcastStrikesTest, AMemberFailingGenerationsInARowIsLeftOutUntilANewProcessTakesItsSlot) {
+  BroadcastStrikes s;
+  BroadcastStrikes::Slots members{};
+  members[0] = 100;  // fails every generation
+  members[1] = 200;  // fails twice, gets through once, fails twice more
+  members[2] = 300;  // never fails
+  auto end = [&](bool f0, bool f1) {
+    BroadcastStrikes::Flags failed{};
+    failed[0] = f0;
+    failed[1] = f1;
+    return s.EndGeneration(members, failed);
+  };
+  EXPECT_TRUE(end(true, true).empty());
+  EXPECT_TRUE(end(true, true).empty());
+  EXPECT_EQ(end(true, false), std::vector<int>{0});  // the third in a row
+  EXPECT_TRUE(end(true, true).empty());              // reported once
+  EXPECT_TRUE(end(false, true).empty());             // 200: two in a row again, not three
+  BroadcastStrikes::Slots eligible = s.Eligible(members);
+  EXPECT_EQ(eligible[0], 0u);
+  EXPECT_EQ(eligible[1], 200u);
+  EXPECT_EQ(eligible[2], 300u);
+  members[0] = 101;  // a restarted process in slot 0
+  eligible = s.Eligible(members);
+  EXPECT_EQ(eligible[0], 101u);
+  EXPECT_TRUE(end(true, false).empty());  // its count starts from 0
+  EXPECT_TRUE(end(true, false).empty());
+  EXPECT_EQ(end(true, false), std::vector<int>{0});
 }
 
 }  // namespace
