@@ -52,16 +52,20 @@ Verdict Judge(const SandboxResult& r) {
 
 }  // namespace
 
-Verdict RunCommandVerifier(const CommandVerifierSpec& spec, const std::string& prompt,
-                           const std::string& completion, const std::string& metadata_json) {
-  json metadata = json::parse(metadata_json.empty() ? "{}" : metadata_json, nullptr, false);
+Verdict RunCommandVerifier(const CommandVerifierSpec& spec, const CommandVerifierInput& in) {
+  json metadata = json::parse(in.metadata_json.empty() ? "{}" : in.metadata_json, nullptr, false);
   if (metadata.is_discarded()) return Broken("metadata is not JSON");
   SandboxRequest req;
   req.argv = spec.argv;
   req.files = spec.files;
   req.limits = spec.limits;
-  req.stdin_data =
-      json{{"prompt", prompt}, {"completion", completion}, {"metadata", metadata}}.dump();
+  req.stdin_data = json{
+      {"id", in.id},
+      {"prompt", in.prompt},
+      {"completion", in.completion},
+      {"reference", in.reference},
+      {"metadata",
+       metadata}}.dump();
   Verdict v;
   double cpu_ms = 0;
   for (int attempt = 1; attempt <= std::max(1, spec.attempts); ++attempt) {

@@ -1,6 +1,7 @@
 // A tenant's own verifier: a program (argv plus the files it needs, e.g. its script) run in the
-// sandbox with {"prompt", "completion", "metadata"} as JSON on stdin. It must print one JSON
-// object {"reward": x} with 0 <= x <= 1 on stdout. Anything else — a crash, a timeout, no or
+// sandbox with {"id", "prompt", "completion", "reference", "metadata"} as JSON on stdin (the
+// dataset row's fields, the completion to judge, metadata as its JSON object). It must print one
+// JSON object {"reward": x} with 0 <= x <= 1 on stdout. Anything else — a crash, a timeout, no or
 // malformed output, a reward out of range — is a verifier error (OUTCOME_INFRA_ERROR, no reward),
 // never a score for the candidate; such failures are retried up to `attempts` runs in all. A
 // program that exits non-zero is reported with the end of its stderr (kVerifierStderrBytes), where
@@ -25,7 +26,11 @@ struct CommandVerifierSpec {
   int attempts = 2;
 };
 
-Verdict RunCommandVerifier(const CommandVerifierSpec& spec, const std::string& prompt,
-                           const std::string& completion, const std::string& metadata_json);
+struct CommandVerifierInput {
+  std::string id, prompt, completion, reference;
+  std::string metadata_json;  // an object's JSON ("" or "{}": none)
+};
+
+Verdict RunCommandVerifier(const CommandVerifierSpec& spec, const CommandVerifierInput& in);
 
 }  // namespace marlaas::sandbox

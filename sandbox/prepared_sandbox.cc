@@ -269,10 +269,11 @@ bool DecodeRequest(int fd, SandboxRequest* req) {
   }
   // An ignored SIGPIPE would pass through execve to the program (`yes | head -1` would then
   // print "Broken pipe" and run on instead of ending quietly): the default, whatever our host
-  // process does with it.
+  // process does with it. SIGHUP too (serve ignores hangups).
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   if (::sigaction(SIGPIPE, &dfl, nullptr) != 0) Fail(status_fd, "reset SIGPIPE");
+  if (::sigaction(SIGHUP, &dfl, nullptr) != 0) Fail(status_fd, "reset SIGHUP");
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) Fail(status_fd, "no_new_privs");
   if (!seccomp.error.empty()) {
     errno = EPERM;

@@ -2,6 +2,7 @@
 // with its control socket in the state dir, admits the jobs, shows the live table, and returns
 // when every tenant is done — or, started without jobs, when interrupted (tenants then come by
 // `marlaas submit`).
+#include <google/protobuf/util/message_differencer.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "base/device_name.h"
+#include "base/file_util.h"
 #include "procs/cli/base_model.h"
 #include "procs/cli/cli.h"
 #include "procs/cli/run_jobs.h"
@@ -84,6 +86,23 @@ int RunServe(const std::vector<std::string>& argv) {
     return 2;
   }
   o.service.stall_timeout_ms = int64_t(stall_s * 1000);
+  // A job naming an unfinished tenant of the state dir resumes it, as its job.json says: a job
+  // file that says otherwise (edited since) would be ignored without a word, so it is refused.
+  for (const pb::JobSpec& given : o.jobs) {
+    const std::string dir = pipeline::TenantDir(o.service.stage.state_dir, given.tenant());
+    if (!FileExists(dir + "/job.json") || FileExists(dir + "/state")) continue;
+    auto stored = pipeline::LoadTenantJob(o.service.stage.state_dir, given.tenant());
+    pb::JobSpec a = given;
+    ApplyJobSpecDefaults(&a);
+    if (stored.ok()) ApplyJobSpecDefaults(&*stored);
+    if (stored.ok() && google::protobuf::util::MessageDifferencer::Equals(a, *stored)) continue;
+    std::fprintf(stderr,
+                 "marlaas serve: %s names tenant '%s', which %s holds unfinished with another job "
+                 "(%s/job.json): give the same job to resume it, or the new one another id\n",
+                 file_of[given.tenant()].c_str(), given.tenant().c_str(),
+                 o.service.stage.state_dir.c_str(), dir.c_str());
+    return 2;
+  }
   if (o.service.stage.model_dir.empty()) {
     auto dir = EnsureTinyBase(o.service.stage.state_dir, nullptr, nullptr);
     if (!dir.ok()) {
@@ -109,6 +128,7 @@ int RunServe(const std::vector<std::string>& argv) {
     return report.status().code() == StatusCode::kCancelled ? 130 : 1;
   }
   if (report->timed_out) return 1;
+  if (report->interrupted) return 130;  // Ctrl-C or SIGTERM: stopped cleanly, as asked
   // With jobs, success is every one of them finished; one that failed (its reason is in the
   // table above and in `marlaas status`) makes the exit status 1. Without jobs, serve ran until
   // stopped, and a tenant's failure is that tenant's.

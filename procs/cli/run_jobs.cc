@@ -22,6 +22,9 @@ Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
   if (o.resume) {
     MARLAAS_ASSIGN_OR_RETURN(resumed, service->ResumeTenants());
   }
+  // Jobs the service has no room for yet (every row taken, or the memory budget): admitted in
+  // order as tenants settle and free theirs.
+  std::vector<pb::JobSpec> waiting;
   for (const pb::JobSpec& job : o.jobs) {
     if (std::find(resumed.begin(), resumed.end(), job.tenant()) != resumed.end()) continue;
     const std::string dir = pipeline::TenantDir(o.service.stage.state_dir, job.tenant());
@@ -32,9 +35,37 @@ Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
                    job.tenant().c_str());
       continue;
     }
-    Status st = service->Admit(job);
+    Status st = waiting.empty() ? service->Admit(job)
+                                : Status(StatusCode::kResourceExhausted, "jobs before it wait");
+    if (st.code() == StatusCode::kResourceExhausted) {
+      std::fprintf(stderr, "tenant %s waits for room: %s\n", job.tenant().c_str(),
+                   st.message().c_str());
+      waiting.push_back(job);
+      continue;
+    }
     if (!st.ok()) return st.Annotate("admitting tenant '" + job.tenant() + "'");
   }
+  // Admits the waiting jobs that fit now, in order. One that does not fit into an idle service
+  // never will: an error naming it.
+  auto admit_waiting = [&]() -> Status {
+    while (!waiting.empty()) {
+      const bool idle = service->AllDone();
+      Status st = service->Admit(waiting.front());
+      if (st.code() == StatusCode::kResourceExhausted && !idle) return Status::Ok();
+      if (!st.ok()) return st.Annotate("admitting tenant '" + waiting.front().tenant() + "'");
+      if (!o.quiet) std::printf("tenant %s admitted\n", waiting.front().tenant().c_str());
+      waiting.erase(waiting.begin());
+    }
+    return Status::Ok();
+  };
+  if (Status st = admit_waiting(); !st.ok()) return st;
+  // Said when the run ends early: waiting jobs were never admitted, so nothing of them resumes.
+  auto never_admitted = [&] {
+    if (waiting.empty()) return;
+    std::fprintf(stderr, "never admitted (no room before the run ended), give them again:");
+    for (const pb::JobSpec& job : waiting) std::fprintf(stderr, " %s", job.tenant().c_str());
+    std::fprintf(stderr, "\n");
+  };
   pipeline::InstallStopHandlers(/*stop_with_parent=*/false);  // Ctrl-C stops the run cleanly
   std::optional<serve::Tokens> tokens;
   std::optional<serve::ControlServer> control;
@@ -61,9 +92,17 @@ Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
   serve::Monitor monitor;
   RunJobsReport report;
   double next_print = o.print_every_s;
-  while (o.until_stopped || !service->AllDone()) {
+  while (o.until_stopped || !service->AllDone() || !waiting.empty()) {
+    if (Status st = admit_waiting(); !st.ok()) {
+      service->Stop();
+      return st;
+    }
     if (pipeline::StopRequested()) {
-      if (o.until_stopped) break;
+      never_admitted();
+      if (o.until_stopped) {
+        report.interrupted = true;
+        break;
+      }
       return Status(StatusCode::kCancelled,
                     "interrupted: unfinished tenants resume on the next serve with this state dir");
     }
@@ -76,6 +115,7 @@ Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
                    "stopping after the time limit (%.0f s, --timeout-s): %d tenant(s) not done; "
                    "they resume on the next serve with this state dir\n",
                    o.timeout_s, unfinished);
+      never_admitted();
       break;
     }
     service->Tick();

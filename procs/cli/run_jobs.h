@@ -25,6 +25,8 @@ struct RunJobsOptions {
   bool until_stopped = false;
   // First admit again the unfinished tenants of the state dir (Service::ResumeTenants).
   bool resume = false;
+  // Jobs that find no room (max_tenants, the memory budget) wait and are admitted in order as
+  // tenants settle; one that does not fit into an idle service is an error naming it.
   // Every print interval, append a line to <state-dir>/metrics.jsonl (metrics_export.h).
   bool metrics_jsonl = false;
   // Serve Prometheus text on 127.0.0.1:port (0: any free port; -1: off).
@@ -33,6 +35,7 @@ struct RunJobsOptions {
 
 struct RunJobsReport {
   bool timed_out = false;
+  bool interrupted = false;  // until_stopped: ended by SIGINT/SIGTERM (serve exits 130)
   double wall_s = 0;
   double rollout_util = 0, trainer_util = 0, verifier_util = 0;
   std::vector<serve::UtilSample> timeline;

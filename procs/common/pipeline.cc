@@ -206,6 +206,9 @@ void InstallStopHandlers(bool stop_with_parent) {
     // instead of killing the process before it removes its segments. (The stages serve spawns
     // get SIGPIPE back at their exec: an ignored signal would pass on to sandboxed programs.)
     signal(SIGPIPE, SIG_IGN);
+    // Nor does a hangup (the terminal or ssh session that started it closed) stop it: it goes
+    // on, and its stages with it (the ignored SIGHUP passes through their exec).
+    signal(SIGHUP, SIG_IGN);
     return;
   }
   prctl(PR_SET_PDEATHSIG, SIGTERM);

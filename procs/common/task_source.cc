@@ -99,7 +99,8 @@ sandbox::Verdict TaskSource::Verify(const tasks::TaskExample& example,
   v.limits.memory_bytes = uint64_t(l.memory_mb()) << 20;
   v.limits.max_output_bytes = l.max_output_bytes();
   v.limits.max_processes = l.max_processes();
-  return sandbox::RunCommandVerifier(v, example.prompt, completion, example.metadata_json);
+  return sandbox::RunCommandVerifier(
+      v, {example.id, example.prompt, completion, example.reference, example.metadata_json});
 }
 
 }  // namespace marlaas::pipeline

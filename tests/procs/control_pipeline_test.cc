@@ -483,7 +483,8 @@ TEST_F(PipelineTest, ServeSaysWhenItStopsAtItsTimeLimit) {
 
 // serve without --memory-budget-mb admits against what the host can hold: a job far larger is
 // refused at submit, with the figures and where the budget came from, and nothing is left of it;
-// a small job beside it is admitted.
+// a small job beside it is admitted. A hangup (its terminal closed) does not stop serve; SIGTERM
+// stops it with exit status 130.
 TEST_F(PipelineTest, ServeRefusesAJobTheHostCannotHoldAtSubmit) {
   pid_t serve = StartServeProcess(state_dir_);
   const ScopeExit kill_serve([&serve] {
@@ -503,11 +504,14 @@ TEST_F(PipelineTest, ServeRefusesAJobTheHostCannotHoldAtSubmit) {
   EXPECT_NE(r.error().find("tenant 'huge' needs about"), std::string::npos) << r.error();
   EXPECT_NE(r.error().find("budget: the default: this host's"), std::string::npos) << r.error();
   EXPECT_FALSE(fs::exists(TenantDir("huge") + "/job.json"));
+  ASSERT_EQ(::kill(serve, SIGHUP), 0);
   const pb::ControlReply small = Call(state_dir_, "", Submit(SmallJob("small", "countdown", 1, 2)));
-  EXPECT_TRUE(small.ok()) << small.error();
+  EXPECT_TRUE(small.ok()) << small.error() << " (after a SIGHUP)";
   ::kill(serve, SIGTERM);
-  EXPECT_FALSE(WaitChildFor(serve, 60).timed_out) << "serve did not stop within 60 s of SIGTERM";
+  const ChildExit stopped = WaitChildFor(serve, 60);
   serve = -1;
+  EXPECT_FALSE(stopped.timed_out) << "serve did not stop within 60 s of SIGTERM";
+  EXPECT_TRUE(stopped.exited && stopped.code == 130) << stopped.code << " " << stopped.signal;
 }
 
 // kill -9 of serve mid-run: its stages follow it, and a new serve on the same state dir resumes

@@ -515,6 +515,27 @@ TEST(CommandLineTest, ServeRefusesTwoJobFilesNamingOneTenant) {
   EXPECT_FALSE(fs::exists(tmp.path() + "/state")) << "serve started";
 }
 
+// A job naming an unfinished tenant of the state dir resumes it; one that says otherwise than
+// the tenant's job.json (edited since) is refused before anything starts, not ignored.
+TEST(CommandLineTest, ServeRefusesAnEditedJobForAnUnfinishedTenant) {
+  const testing::ScopedTempDir tmp("serve-edit");
+  const std::string state = tmp.path() + "/state", job = tmp.path() + "/ch.json";
+  fs::create_directories(state + "/tenants/ch");
+  ASSERT_TRUE(WriteFileAtomically(state + "/tenants/ch/job.json",
+                                  R"({"tenant": "ch", "task": "arithmetic", "max_steps": 100})")
+                  .ok());
+  ASSERT_TRUE(
+      WriteFileAtomically(job, R"({"tenant": "ch", "task": "countdown", "max_steps": 20})").ok());
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli::RunServe({"--job", job, "--state-dir", state}), 2);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(
+      err.find(job + " names tenant 'ch', which " + state + " holds unfinished with another job"),
+      std::string::npos)
+      << err;
+  EXPECT_FALSE(fs::exists(state + "/service.lock")) << "serve started";
+}
+
 // `report` on a state dir whose files were damaged by hand: mistyped fields are left out of the
 // plots and the first such line is named; nothing aborts (a string step, a null reward, a number
 // where an object belongs, and a numeric task once killed it with an uncaught exception).

@@ -22,6 +22,7 @@
 #include "procs/cli/cli.h"
 #include "procs/cli/run_jobs.h"
 #include "procs/common/evaluation.h"
+#include "procs/serve/admission.h"
 #include "procs/serve/control_frame.h"
 #include "procs/serve/control_handler.h"
 #include "procs/serve/tokens.h"
@@ -1093,6 +1094,43 @@ TEST_F(PipelineTest, ServeWithJobsLeavesAJobWaitingOnDiskForALaterService) {
   EXPECT_TRUE(fs::exists(TenantDir(waiting) + "/job.json"));
   EXPECT_FALSE(fs::exists(TenantDir(waiting) + "/state"));  // unsettled: resumes later
   EXPECT_NE(err.find("tenant " + waiting + " waits on disk"), std::string::npos) << err;
+}
+
+// `serve --job A --job B --max-tenants 1`: B waits for A's row and then trains (serve used to
+// fail on it, leaving A's job.json half done). A job that could not fit an idle service is an
+// error naming it, not a wait for ever.
+TEST_F(PipelineTest, JobsBeyondTheServicesRoomWaitAndTrainInTurn) {
+  max_tenants_ = 1;
+  cli::RunJobsOptions r;
+  r.service = Options();
+  r.jobs = {SmallJob("turn1", "arithmetic", 2, 1), SmallJob("turn2", "countdown", 2, 2)};
+  r.quiet = true;
+  r.timeout_s = 240;  // a liveness bound
+  ::testing::internal::CaptureStderr();
+  auto report = cli::RunJobs(r);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(report.ok()) << report.status().ToString() << "\n" << err;
+  EXPECT_FALSE(report->timed_out);
+  EXPECT_NE(err.find("tenant turn2 waits for room"), std::string::npos) << err;
+  for (const char* id : {"turn1", "turn2"})
+    EXPECT_EQ(ReadAll(TenantDir(id) + "/state").rfind("finished", 0), 0u) << id;
+
+  const auto need =
+      serve::EstimateTenantBytes(SmallJob("big", "arithmetic", 2, 1), TestBaseModel());
+  ASSERT_TRUE(need.ok()) << need.status().ToString();
+  r.service = Options();
+  r.service.memory_budget_bytes = *need / 2;
+  r.jobs = {SmallJob("big", "arithmetic", 2, 1)};
+  ::testing::internal::CaptureStderr();
+  report = cli::RunJobs(r);
+  ::testing::internal::GetCapturedStderr();
+  ::signal(SIGINT, SIG_DFL);  // RunJobs took them for Ctrl-C: this test process's again
+  ::signal(SIGTERM, SIG_DFL);
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.status().message().find("admitting tenant 'big'"), std::string::npos)
+      << report.status().ToString();
+  EXPECT_NE(report.status().message().find("memory budget"), std::string::npos)
+      << report.status().ToString();
 }
 
 TEST_F(PipelineTest, AdmittingTogetherChecksEverySpecFirstThenRunsThemAll) {

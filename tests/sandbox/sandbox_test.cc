@@ -107,14 +107,22 @@ TEST(SandboxTest, FilesLargerThanTheWorkDirAreRefusedWithTheSizes) {
 // `yes | head -1` ends quietly, `yes` killed by SIGPIPE, not told "Broken pipe".
 TEST(SandboxTest, TheProgramGetsTheDefaultSigpipeWhateverTheHostDoes) {
   struct sigaction ignore {
-  }, before{};
+  }, before{}, before_hup{};
   ignore.sa_handler = SIG_IGN;
   ASSERT_EQ(::sigaction(SIGPIPE, &ignore, &before), 0);
-  testing::ScopeExit restore([&] { ::sigaction(SIGPIPE, &before, nullptr); });
+  ASSERT_EQ(::sigaction(SIGHUP, &ignore, &before_hup), 0);  // serve ignores hangups
+  testing::ScopeExit restore([&] {
+    ::sigaction(SIGPIPE, &before, nullptr);
+    ::sigaction(SIGHUP, &before_hup, nullptr);
+  });
   auto r = RunIn({"/bin/sh", "-c", "yes | head -1"});
   ASSERT_EQ(r.outcome, SandboxOutcome::kExited) << r.setup_error;
   EXPECT_EQ(r.stdout_data, "y\n");
   EXPECT_EQ(r.stderr_data, "");
+  // A process of the program (not its first, which is the namespace's init) dies of a SIGHUP.
+  r = RunIn({"/bin/sh", "-c", "sh -c 'kill -HUP $$; echo survived'; echo rc=$?"});
+  ASSERT_EQ(r.outcome, SandboxOutcome::kExited) << r.setup_error;
+  EXPECT_EQ(r.stdout_data, "rc=129\n");
 }
 
 TEST(SandboxTest, OutputIsCappedAndReported) {

@@ -310,18 +310,23 @@ CommandVerifierSpec PyVerifier(const std::string& script) {
   return s;
 }
 
+// The program gets the row's id, prompt, reference and metadata with the completion (a dataset
+// written by `marlaas tasks` keeps its answer in "reference").
 TEST(CommandVerifierTest, RewardComesFromTheTenantsProgram) {
   auto spec = PyVerifier(
       "import json, sys\nd = json.load(sys.stdin)\n"
-      "ok = d['completion'].strip() == str(d['metadata']['answer'])\n"
+      "ok = d['completion'].strip() == d['reference'] and d['metadata']['answer'] == 4\n"
+      "ok = ok and d['id'] == 'r7' and d['prompt'] == '2+2?'\n"
       "print(json.dumps({'reward': 1.0 if ok else 0.25}))\n");
-  auto right = RunCommandVerifier(spec, "2+2?", " 4\n", R"({"answer": 4})");
+  auto right = RunCommandVerifier(spec, {"r7", "2+2?", " 4\n", "4", R"({"answer": 4})"});
   EXPECT_EQ(right.outcome, pb::OUTCOME_OK) << right.detail;
   EXPECT_EQ(right.reward, 1.0);
   EXPECT_GT(right.cpu_ms, 0.0);
-  auto wrong = RunCommandVerifier(spec, "2+2?", " 5", R"({"answer": 4})");
+  auto wrong = RunCommandVerifier(spec, {"r7", "2+2?", " 5", "4", R"({"answer": 4})"});
   EXPECT_EQ(wrong.outcome, pb::OUTCOME_OK);
   EXPECT_EQ(wrong.reward, 0.25);
+  auto no_metadata = RunCommandVerifier(spec, {"r7", "2+2?", " 4", "4", ""});
+  EXPECT_EQ(no_metadata.outcome, pb::OUTCOME_INFRA_ERROR);  // KeyError: metadata has no answer
 }
 
 // A verifier that breaks its contract is a verifier error, retried, and never a reward.
@@ -331,7 +336,7 @@ TEST(CommandVerifierTest, BrokenVerifiersAreErrorsNotRewards) {
       "print('{\"score\": 1}')",    "import time\ntime.sleep(5)",
   };
   for (const char* script : broken) {
-    auto v = RunCommandVerifier(PyVerifier(script), "p", "c", "{}");
+    auto v = RunCommandVerifier(PyVerifier(script), {"i", "p", "c", "r", "{}"});
     EXPECT_EQ(v.outcome, pb::OUTCOME_INFRA_ERROR) << script;
     EXPECT_FALSE(v.scored());
     EXPECT_EQ(v.attempts, 2) << script;
