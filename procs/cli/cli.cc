@@ -12,7 +12,7 @@ namespace marlaas::cli {
 
 const std::vector<Command>& Commands() {
   static const std::vector<Command> kCommands = {
-      {"demo", "[--state-dir DIR] [--summary FILE] [--tenants N] [--steps N]",
+      {"demo", "[--state-dir DIR] [--summary FILE] [--tenants N] [--steps N] [--threads N]",
        "pretrain the tiny base if needed, train 8 tenants on the 4 built-in tasks, and report",
        RunDemo},
       {"serve",
@@ -56,9 +56,11 @@ const std::vector<Command>& Commands() {
       {"sandbox-run", kSandboxRunArgs,
        "run one file under the verifiers' sandbox; the exit status names the outcome",
        RunSandboxRun},
-      {"sample", "--task T [--adapter DIR] [--n N] [--temperature X]",
+      {"sample",
+       "--task T [--adapter DIR] [--n N] [--temperature X] [--difficulty D] [--seed S] "
+       "[--model-dir DIR]",
        "show a model's (and adapter's) answers and rewards on held-out examples", RunSample},
-      {"tasks", "--task T [--n N] [--seed S] [--held-out] | --check FILE",
+      {"tasks", "--task T [--n N] [--seed S] [--difficulty D] [--held-out] | --check FILE",
        "a built-in task's examples as JSONL (a custom job's dataset), or check a JSONL file",
        RunTasks},
       {"pretrain", "--out DIR [--seed N] [--steps N]",

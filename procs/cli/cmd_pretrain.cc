@@ -72,7 +72,12 @@ int RunPretrain(const std::vector<std::string>& argv) {
   }
   // The base model's reward on held-out examples of each task (greedy): the starting point RL
   // must improve on.
-  std::printf("greedy reward of the base on 40 held-out examples per task:\n");
+  // A quick check at difficulties 1-3, without running tools (the calculator's answers come after
+  // its tool's result, so it scores 0 here): `marlaas sample` measures the rates the README lists
+  // (difficulty 1, tools run).
+  std::printf(
+      "greedy reward of the base on 40 held-out examples per task (difficulties 1-3, tools not "
+      "run; `marlaas sample --task T --temperature 0` runs them):\n");
   for (const std::string& name : tasks::BuiltinTaskNames()) {
     auto task = std::move(*tasks::MakeTask(name));
     std::vector<tasks::TaskExample> examples;

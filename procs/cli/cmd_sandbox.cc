@@ -17,8 +17,10 @@ int RunSandboxCheck(const std::vector<std::string>& args) {
   const auto layers = sandbox::ProbeIsolation();
   std::printf("isolation layers:\n");
   for (const auto& l : layers) {
+    // Where the layer has something to say (the cgroup version and place), also when it is
+    // available.
     std::printf("  %-66s %s%s%s\n", l.name.c_str(), l.available ? "yes" : "NO",
-                l.available || l.detail.empty() ? "" : ": ", l.available ? "" : l.detail.c_str());
+                l.detail.empty() ? "" : ": ", l.detail.c_str());
   }
   const bool strong = sandbox::StrongIsolation(layers);
   std::printf("verdict: %s\n\nescape suite:\n",
@@ -42,12 +44,16 @@ int RunSandboxRun(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
   std::string lang = "python";
   long long timeout_ms = 2000, memory_mb = 256;
-  TakeFlag(&args, "--lang", &lang);
+  const bool lang_given = TakeFlag(&args, "--lang", &lang);
   if (!TakeInteger(&args, "sandbox-run", "--timeout-ms", 1, 3600 * 1000, &timeout_ms) ||
       !TakeInteger(&args, "sandbox-run", "--memory-mb", 16, 1 << 20, &memory_mb)) {
     return 2;
   }
   if (int rc = RejectOptions("sandbox-run", args)) return rc;
+  // Without --lang, a file named *.sh is a shell script (it ran as Python).
+  if (!lang_given && args.size() == 1 && args[0].size() > 3 &&
+      args[0].compare(args[0].size() - 3, 3, ".sh") == 0)
+    lang = "sh";
   if (args.size() != 1 || (lang != "python" && lang != "sh")) {
     std::fprintf(stderr, "usage: marlaas sandbox-run %s\n%s\n", kSandboxRunArgs,
                  kSandboxRunStatuses);

@@ -133,7 +133,8 @@ std::string MetricsJsonLine(const Service& service, const Monitor& monitor) {
                             {"reward_std", t.reward_std()},
                             {"staleness", t.staleness()},
                             {"tokens_per_s", t.tokens_per_s()},
-                            {"verifier_error_rate", t.verifier_error_rate()}});
+                            {"verifier_error_rate", t.verifier_error_rate()},
+                            {"adapter_version", t.adapter_version()}});
   }
   return j.dump();
 }

@@ -32,6 +32,13 @@ TEST(SandboxCliTest, SandboxCheckContainsEveryAttackFromTheRealBinary) {
             std::string::npos)
       << r.output;
   EXPECT_EQ(r.output.find("ESCAPED"), std::string::npos) << r.output;
+  // The cgroup row says which version and where, when it is available too.
+  const size_t row = r.output.find("cgroup limits per run");
+  ASSERT_NE(row, std::string::npos) << r.output;
+  const std::string line = r.output.substr(row, r.output.find('\n', row) - row);
+  if (line.find(" yes") != std::string::npos) {
+    EXPECT_NE(line.find("cgroup v"), std::string::npos) << line;
+  }
 }
 
 TEST(SandboxCliTest, SandboxRunExitStatusNamesTheOutcome) {
@@ -50,6 +57,7 @@ TEST(SandboxCliTest, SandboxRunExitStatusNamesTheOutcome) {
       {"floods.py", "import sys\nwhile True: sys.stdout.write('x' * 65536)\n", "", 5,
        "output-limit"},
       {"ok.sh", "echo from sh\n", "--lang sh", 0, "from sh\n"},
+      {"named.sh", "echo named sh\n", "", 0, "named sh\n"},  // a .sh name is a shell script
   };
   const testing::ScopedTempDir dir("sandbox-cli");
   for (const Case& c : cases) {
