@@ -47,7 +47,19 @@ int RunTasks(const std::vector<std::string>& argv) {
       ++examples;
     }
     std::printf("%s: %zu examples\n", check.c_str(), examples);
-    return examples > 0 ? 0 : 1;
+    if (examples == 0) {
+      std::fprintf(stderr, "marlaas tasks: %s holds no example (one JSON object per line)\n",
+                   check.c_str());
+      return 1;
+    }
+    // A custom tenant holds out its first dataset.eval_prompts rows (default 64) and needs more.
+    if (examples <= 64) {
+      std::printf(
+          "note: a custom job needs more rows than its dataset.eval_prompts (default 64, "
+          "the rows held out for evaluation): set it below %zu\n",
+          examples);
+    }
+    return 0;
   }
   pb::JobSpec j;
   j.set_tenant("tasks");

@@ -67,6 +67,11 @@ Status ControlHandler::StatusOf(const std::string& token, const pb::StatusReques
   }
   if (!r.tenant().empty() && out->tenants_size() == 0)
     return Status(StatusCode::kNotFound, "no tenant '" + r.tenant() + "'");
+  // A token that may see nothing is a mistyped or foreign one: said so, not an empty table.
+  if (out->tenants_size() == 0 && !tokens_->IsAdmin(token)) {
+    return Status(StatusCode::kInvalidArgument,
+                  "this token is neither the admin token nor any tenant's");
+  }
   return Status::Ok();
 }
 

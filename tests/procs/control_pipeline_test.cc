@@ -158,6 +158,10 @@ TEST_F(PipelineTest, SubmitStatusStopAndExportOverTheControlSocketWhileOthersTra
     expect(!call(ta, Logs("beta")).ok(), "alpha's token read beta's logs");
     expect(!call(ta, Export("beta", export_dir + "-beta")).ok(), "alpha's token exported beta");
     expect(!call("", StatusOf("alpha")).ok(), "no token saw alpha");
+    const pb::ControlReply stranger = call("deadbeef", StatusOf(""));  // not an empty table
+    expect(!stranger.ok() && stranger.error().find("neither the admin token nor any tenant's") !=
+                                 std::string::npos,
+           "a foreign token's status: " + stranger.error());
     const pb::ControlReply all = call(tokens->admin(), StatusOf(""));
     expect(all.ok() && all.status().tenants_size() == 2, "the admin does not see both");
     // Beta is stopped by its owner while alpha goes on.
