@@ -414,6 +414,8 @@ void Service::Settle(int row, TenantRecord rec, TenantState state, const std::st
   pb::TenantStatus status = TenantStatusOf(v);
   status.set_reason(ValidUtf8(reason));
   Status st = WriteSettledStatus(dir, status);
+  if (state != TenantState::kFinished)
+    settled_records_[rec.id] = {rec.generation, status.step(), reason};
   std::string text = TenantStateName(state);
   if (!reason.empty()) text += ": " + reason;
   if (st.ok()) st = WriteFileAtomically(dir + "/state", text + "\n");
@@ -422,6 +424,24 @@ void Service::Settle(int row, TenantRecord rec, TenantState state, const std::st
   if (!st.ok()) std::fprintf(stderr, "[serve] tenant %s: %s\n", rec.id, st.ToString().c_str());
   ++settled_;
   settle_ns_ += uint64_t(MonotonicNanos() - t0);
+}
+
+void Service::RefreshSettledStatus(int row, const TenantRecord& rec) {
+  auto it = settled_records_.find(rec.id);
+  if (it == settled_records_.end()) return;
+  // The row went to another tenant, or the trainer has long let go of this one.
+  if (it->second.generation != rec.generation || NowMs() - int64_t(rec.settled_unix_ms) > 60000) {
+    settled_records_.erase(it);
+    return;
+  }
+  TenantView v = ViewOf(row, rec);
+  if (v.trainer.generation != rec.generation || v.trainer.steps <= it->second.step) return;
+  pb::TenantStatus status = TenantStatusOf(v);
+  status.set_reason(ValidUtf8(it->second.reason));
+  const Status st =
+      WriteSettledStatus(pipeline::TenantDir(options_.stage.state_dir, rec.id), status);
+  if (!st.ok()) std::fprintf(stderr, "[serve] tenant %s: %s\n", rec.id, st.ToString().c_str());
+  it->second.step = status.step();
 }
 
 Status Service::StopTenant(const std::string& tenant) {
@@ -541,6 +561,7 @@ void Service::Tick() {
     Settle(row, rec, TenantState::kFailed, reason);
   };
   for (auto& [row, rec] : table_->Snapshot()) {
+    if (IsSettled(rec.state)) RefreshSettledStatus(row, rec);
     if (rec.state != TenantState::kRunning) continue;
     auto vm = metrics_[verifier_index_].LoadTenant(row);
     auto tm = metrics_[trainer_index_].LoadTenant(row);

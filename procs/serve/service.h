@@ -166,6 +166,8 @@ class Service {
   // `reason` whole goes to the tenant's state and status.json; the table's record keeps its
   // first bytes.
   void Settle(int row, TenantRecord rec, TenantState state, const std::string& reason);
+  // See settled_records_.
+  void RefreshSettledStatus(int row, const TenantRecord& rec);
   TenantView ViewOf(int row, const TenantRecord& rec) const;
 
   ServiceOptions options_;
@@ -179,6 +181,15 @@ class Service {
   int64_t last_tick_ns_ = 0;  // the watchdog's: a long gap means serve itself was paused
   int lock_fd_ = -1;  // <state>/service.lock, held (and inherited by the stages) while we run
   std::map<std::string, uint64_t> estimates_;  // admission estimate per admitted tenant
+  // Tenants stopped or failed while the trainer may still finish a step it had begun: the row's
+  // generation, the step their status.json holds and their reason. Tick rewrites status.json
+  // when the trainer's count moves on (a stopped tenant's last checkpoint is that step), for a
+  // minute after the settle.
+  struct SettledRecord {
+    uint64_t generation = 0, step = 0;
+    std::string reason;
+  };
+  std::map<std::string, SettledRecord> settled_records_;
   uint64_t settled_ = 0, settle_ns_ = 0;
   struct Held;  // segments the service holds open (rings, adapter store)
   std::shared_ptr<Held> held_;

@@ -209,6 +209,12 @@ TEST_F(PipelineTest, SubmitStatusStopAndExportOverTheControlSocketWhileOthersTra
     if (std::string(v.record.id) == "beta") {
       EXPECT_EQ(v.record.state, TenantState::kStopped);
       EXPECT_LT(v.trainer.steps, 400u);
+      // Its status.json (what `status` says once its row is reused or serve restarts) has the
+      // step the trainer ended at, also when a step was under way at the stop; its reason too.
+      service_->Tick();
+      const auto saved = nlohmann::json::parse(ReadAll(TenantDir("beta") + "/status.json"));
+      EXPECT_EQ(saved["step"].get<std::string>(), std::to_string(v.trainer.steps)) << saved;
+      EXPECT_EQ(saved["reason"], "stopped by its owner") << saved;
     }
   }
   EXPECT_TRUE(alpha_finished);
