@@ -15,6 +15,32 @@ namespace {
 using ::marlaas::testing::MaxAbsDiff;
 using ::marlaas::testing::TorchErrorOf;
 
+// Attend on random q, k, v of these shapes against AttendWithLibTorch, forward and the gradients
+// of a random projection of the output; returns Attend's key gradient.
+torch::Tensor ExpectMatchesLibTorch(int64_t R, int64_t H, int64_t KV, int64_t T, int64_t S,
+                                    int64_t D, const torch::Tensor& masked,
+                                    const std::string& what) {
+  auto q = torch::randn({R, H, T, D}).requires_grad_(true);
+  auto k = torch::randn({R, KV, S, D}).requires_grad_(true);
+  auto v = torch::randn({R, KV, S, D}).requires_grad_(true);
+  auto probe = torch::randn({R, H, T, D});
+  const double scale = 1.0 / std::sqrt(double(D));
+  auto got = Attend(q, k, v, masked, scale);
+  EXPECT_NE(got.grad_fn()->name().find("AttentionFn"), std::string::npos) << what;
+  (got * probe).sum().backward();
+  auto gq = q.grad().clone(), gk = k.grad().clone(), gv = v.grad().clone();
+  q.grad().zero_();
+  k.grad().zero_();
+  v.grad().zero_();
+  auto want = AttendWithLibTorch(q, k, v, masked, scale);
+  (want * probe).sum().backward();
+  EXPECT_LT(MaxAbsDiff(got.detach(), want.detach()), 1e-5) << what;
+  EXPECT_LT(MaxAbsDiff(gq, q.grad()), 1e-4) << what;
+  EXPECT_LT(MaxAbsDiff(gk, k.grad()), 1e-4) << what;
+  EXPECT_LT(MaxAbsDiff(gv, v.grad()), 1e-4) << what;
+  return gk;
+}
+
 TEST(AttentionTest, KernelOpMatchesLibTorchOpsWithGradients) {
   std::mt19937 rng(5);
   torch::manual_seed(5);
@@ -35,29 +61,24 @@ TEST(AttentionTest, KernelOpMatchesLibTorchOpsWithGradients) {
                            causal.view({1, 1, T, T}).expand({R, 1, T, T})},
                           3);
     }
-    auto q = torch::randn({R, H, T, D}).requires_grad_(true);
-    auto k = torch::randn({R, KV, S, D}).requires_grad_(true);
-    auto v = torch::randn({R, KV, S, D}).requires_grad_(true);
-    auto probe = torch::randn({R, H, T, D});
-    const double scale = 1.0 / std::sqrt(double(D));
-    auto got = Attend(q, k, v, masked, scale);
-    ASSERT_NE(got.grad_fn()->name().find("AttentionFn"), std::string::npos);
-    (got * probe).sum().backward();
-    auto gq = q.grad().clone(), gk = k.grad().clone(), gv = v.grad().clone();
-    q.grad().zero_();
-    k.grad().zero_();
-    v.grad().zero_();
-    auto want = AttendWithLibTorch(q, k, v, masked, scale);
-    (want * probe).sum().backward();
-    EXPECT_LT(MaxAbsDiff(got.detach(), want.detach()), 1e-5) << "trial " << trial;
-    EXPECT_LT(MaxAbsDiff(gq, q.grad()), 1e-4) << "trial " << trial;
-    EXPECT_LT(MaxAbsDiff(gk, k.grad()), 1e-4) << "trial " << trial;
-    EXPECT_LT(MaxAbsDiff(gv, v.grad()), 1e-4) << "trial " << trial;
+    const torch::Tensor gk =
+        ExpectMatchesLibTorch(R, H, KV, T, S, D, masked, "trial " + std::to_string(trial));
     // Where every query sees one key, the softmax is 1 whatever the scores and dk = 0.
     const bool several_keys = (~masked).sum(-1).max().item<int64_t>() >= 2;
     if (several_keys) {
       EXPECT_GT(gk.abs().max().item<double>(), 1e-3) << "trial " << trial;
     }
+  }
+}
+
+// The shapes pretraining and long completions give: sequences past any tile or block size of
+// the kernels (33 to 300 positions), the tiny base's heads (4 query heads on 2 key heads of 32).
+TEST(AttentionTest, LongSequencesMatchLibTorchOpsWithGradients) {
+  torch::manual_seed(7);
+  for (const int64_t T : {33, 64, 129, 300}) {
+    auto masked = torch::ones({T, T}, torch::kBool).triu(1).view({1, 1, T, T});
+    ExpectMatchesLibTorch(/*R=*/2, /*H=*/4, /*KV=*/2, T, T, /*D=*/32, masked,
+                          "T " + std::to_string(T));
   }
 }
 

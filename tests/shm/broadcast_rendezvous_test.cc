@@ -129,7 +129,9 @@ TEST(BroadcastRendezvousTest, RoundsAndAnnouncementsArriveInOrderAndOverrunIsRep
   EXPECT_EQ(root->NextSeq(), 4u + kAnnouncementRing);
 }
 
-TEST(BroadcastRendezvousTest, AMemberThatLeavesAGenerationIsSeenByTheRootUntilItRegistersAgain) {
+// What a member records — the generation it left, its progress (the generation it began to join,
+// the announcement it entered) — reaches the root, and a fresh registration has recorded nothing.
+TEST(BroadcastRendezvousTest, WhatAMemberRecordsIsSeenByTheRootUntilItRegistersAgain) {
   ScopedInstance inst;
   auto root = ShmRendezvous::Create(inst.name());
   ASSERT_TRUE(root.ok());
@@ -138,36 +140,21 @@ TEST(BroadcastRendezvousTest, AMemberThatLeavesAGenerationIsSeenByTheRootUntilIt
   auto slot = member->Register();
   ASSERT_TRUE(slot.ok());
   EXPECT_EQ(root->LeftGeneration(*slot), 0u);
-  member->Leave(*slot, 7);
-  EXPECT_EQ(root->LeftGeneration(*slot), 7u);
-  EXPECT_EQ(root->LeftGeneration(-1), 0u);  // out of range: none
-  member->Unregister(*slot);
-  auto again = member->Register();  // a fresh registration has left nothing
-  ASSERT_TRUE(again.ok());
-  EXPECT_EQ(root->LeftGeneration(*again), 0u);
-}
-
-// A member's progress (the generation it began to join, the announcement it entered) reaches
-// the root, and a fresh registration starts with none.
-TEST(BroadcastRendezvousTest, AMembersProgressIsSeenByTheRootUntilItRegistersAgain) {
-  ScopedInstance inst;
-  auto root = ShmRendezvous::Create(inst.name());
-  ASSERT_TRUE(root.ok());
-  auto member = ShmRendezvous::Attach(inst.name());
-  ASSERT_TRUE(member.ok());
-  auto slot = member->Register();
-  ASSERT_TRUE(slot.ok());
   EXPECT_EQ(root->ProgressOf(*slot).generation, 0u);
+  member->Leave(*slot, 7);
   member->Progress(*slot, BroadcastProgress{4, 0});
   member->Progress(*slot, BroadcastProgress{4, 17});
+  EXPECT_EQ(root->LeftGeneration(*slot), 7u);
   EXPECT_EQ(root->ProgressOf(*slot).generation, 4u);
   EXPECT_EQ(root->ProgressOf(*slot).seq, 17u);
-  EXPECT_EQ(root->ProgressOf(kMaxBroadcastMembers).generation, 0u);  // out of range: none
+  EXPECT_EQ(root->LeftGeneration(-1), 0u);  // out of range: none
+  EXPECT_EQ(root->ProgressOf(kMaxBroadcastMembers).generation, 0u);
   member->Unregister(*slot);
   auto again = member->Register();
   ASSERT_TRUE(again.ok());
-  EXPECT_EQ(root->ProgressOf(*again).seq, 0u);
+  EXPECT_EQ(root->LeftGeneration(*again), 0u);
   EXPECT_EQ(root->ProgressOf(*again).generation, 0u);
+  EXPECT_EQ(root->ProgressOf(*again).seq, 0u);
 }
 
 // Silent: never began to join the generation being formed (seq 0), or never entered the
