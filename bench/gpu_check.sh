@@ -46,7 +46,12 @@ elapsed() { echo "$(( $(date +%s) - t0 )) s"; }
 finish() {
   local rc=$?
   trap - EXIT
-  [[ -n "${model_build_pid:-}" ]] && kill -- "-$model_build_pid" 2> /dev/null
+  # The whole session of the background build: `timeout` moves itself and its child into a
+  # process group of their own, so the group of the setsid'd shell is not all of it.
+  if [[ -n "${model_build_pid:-}" ]]; then
+    pkill -TERM -s "$model_build_pid" 2> /dev/null || kill -- "-$model_build_pid" 2> /dev/null
+    wait "$model_build_pid" 2> /dev/null
+  fi
   {
     echo
     echo "== GPU check summary ($(elapsed), ${ngpu:-?} GPU(s): $(head -1 "$LOGS/gpus.txt" 2>/dev/null))"
@@ -96,9 +101,13 @@ torch_args=()
 torch_prefix=$(python3 -c 'import torch; assert torch.version.cuda; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)
 if [[ -n "$torch_prefix" ]]; then
   abi=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))' 2>/dev/null || echo 1)
-  torch_args=(-DMARLAAS_GPU_CHECK_TORCH=ON -DCMAKE_PREFIX_PATH="$torch_prefix"
-              -DCMAKE_CXX_FLAGS="-D_GLIBCXX_USE_CXX11_ABI=$abi"
-              -DCMAKE_CUDA_FLAGS="-Xcompiler=-D_GLIBCXX_USE_CXX11_ABI=$abi")
+  torch_args=(-DMARLAAS_GPU_CHECK_TORCH=ON -DCMAKE_PREFIX_PATH="$torch_prefix")
+  # GCC's default is the new ABI (1): flags only for an old-ABI LibTorch (then GoogleTest must be
+  # built from .gpudeps' sources, not taken prebuilt).
+  if [[ "$abi" == 0 ]]; then
+    torch_args+=(-DCMAKE_CXX_FLAGS="-D_GLIBCXX_USE_CXX11_ABI=0"
+                 -DCMAKE_CUDA_FLAGS="-Xcompiler=-D_GLIBCXX_USE_CXX11_ABI=0")
+  fi
   echo "LibTorch: $torch_prefix (C++ ABI $abi)"
 else
   echo "LibTorch: no CUDA PyTorch here; the model's CUDA test is not built"
@@ -151,7 +160,7 @@ if [[ $configured -eq 1 ]]; then
   # LibTorch-free tests run; the benchmarks wait for it.
   if [[ -n "$torch_prefix" ]]; then
     echo "== build model_cuda_test bench_model_profile, in the background ($(elapsed))"
-    # Its own process group (setsid), so that finish() can stop all of it.
+    # Its own session (setsid), so that finish() can stop all of it.
     setsid nice -n 19 bash -c "$(declare -f limit tlimit elapsed); t0=$t0 budget=$budget; \
       tlimit 330 cmake --build build-gpu -j $(nproc) --target model_cuda_test bench_model_profile \
       -- -k 0" > "$LOGS/build-model.log" 2>&1 &

@@ -57,8 +57,8 @@ struct DemoTask {
 constexpr DemoTask kDemoTasks[] = {
     {"arithmetic", 64, 8, {5e-3f, 5e-3f}, 1},
     {"countdown", 8, 40, {2e-3f, 3e-3f}, 1},
-    {"python_functions", 4, 40, {2e-3f, 3e-3f}, 1},
-    {"calculator_tool", 8, 40, {3e-3f, 2e-3f}, 3},
+    {"python_functions", 4, 40, {2e-3f, 3e-3f}, 2},
+    {"calculator_tool", 8, 40, {3e-3f, 2e-3f}, 2},
 };
 
 // Tenant k of the demo: tasks in turn, seeds and hyperparameters varied.

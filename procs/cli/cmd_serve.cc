@@ -92,10 +92,15 @@ int RunServe(const std::vector<std::string>& argv) {
     const std::string dir = pipeline::TenantDir(o.service.stage.state_dir, given.tenant());
     if (!FileExists(dir + "/job.json") || FileExists(dir + "/state")) continue;
     auto stored = pipeline::LoadTenantJob(o.service.stage.state_dir, given.tenant());
+    if (!stored.ok()) {
+      std::fprintf(stderr, "marlaas serve: tenant '%s' of %s: %s\n", given.tenant().c_str(),
+                   o.service.stage.state_dir.c_str(), stored.status().ToString().c_str());
+      return 2;
+    }
     pb::JobSpec a = given;
     ApplyJobSpecDefaults(&a);
-    if (stored.ok()) ApplyJobSpecDefaults(&*stored);
-    if (stored.ok() && google::protobuf::util::MessageDifferencer::Equals(a, *stored)) continue;
+    ApplyJobSpecDefaults(&*stored);
+    if (google::protobuf::util::MessageDifferencer::Equals(a, *stored)) continue;
     std::fprintf(stderr,
                  "marlaas serve: %s names tenant '%s', which %s holds unfinished with another job "
                  "(%s/job.json): give the same job to resume it, or the new one another id\n",
@@ -111,14 +116,13 @@ int RunServe(const std::vector<std::string>& argv) {
     }
     o.service.stage.model_dir = *dir;
   }
-  // Without --memory-budget-mb, what this host can hold (0: no budget).
+  // Without --memory-budget-mb, on the CPU: what this host can hold (on a GPU: none).
   if (budget_mb >= 0) {
     o.service.memory_budget_bytes = uint64_t(budget_mb) << 20;
     o.service.memory_budget_source = budget_mb > 0 ? "--memory-budget-mb" : "";
-  } else {
-    const bool on_cpu = *ParseDeviceName(o.service.stage.device) < 0;  // checked above
+  } else if (*ParseDeviceName(o.service.stage.device) < 0) {  // the CPU (device checked above)
     const serve::MemoryBudget b =
-        serve::DefaultMemoryBudget(o.service.stage.model_dir, on_cpu ? 1 + int(replicas) : 0);
+        serve::DefaultMemoryBudget(o.service.stage.model_dir, 1 + int(replicas));
     o.service.memory_budget_bytes = b.bytes;
     o.service.memory_budget_source = b.source;
   }
@@ -137,6 +141,10 @@ int RunServe(const std::vector<std::string>& argv) {
     if (t.record.state != TenantState::kFailed || !file_of.count(t.record.id)) continue;
     if (failed++ == 0) std::fprintf(stderr, "marlaas serve: failed tenants:");
     std::fprintf(stderr, " %s", t.record.id);
+  }
+  for (const std::string& id : report->refused) {  // waited for room, then refused
+    if (failed++ == 0) std::fprintf(stderr, "marlaas serve: failed tenants:");
+    std::fprintf(stderr, " %s (refused)", id.c_str());
   }
   if (failed > 0)
     std::fprintf(stderr, " (reasons: marlaas status --state-dir %s)\n",

@@ -16,15 +16,19 @@
 namespace marlaas::cli {
 
 Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
+  // Before the stages start: they inherit the ignored SIGHUP (a closed terminal stops none of
+  // them, not only serve), and Ctrl-C during the start stops the run cleanly.
+  pipeline::InstallStopHandlers(/*stop_with_parent=*/false);
   MARLAAS_ASSIGN_OR_RETURN(std::unique_ptr<serve::Service> service,
                            serve::Service::Start(o.service));
+  RunJobsReport report;
   std::vector<std::string> resumed;
   if (o.resume) {
     MARLAAS_ASSIGN_OR_RETURN(resumed, service->ResumeTenants());
   }
-  // Jobs the service has no room for yet (every row taken, or the memory budget): admitted in
-  // order as tenants settle and free theirs.
-  std::vector<pb::JobSpec> waiting;
+  // Every job is checked before any is admitted: one refused (invalid, an id the state dir
+  // holds, an unreadable dataset) is an error naming it, wherever it is in the list.
+  std::vector<pb::JobSpec> to_admit;
   for (const pb::JobSpec& job : o.jobs) {
     if (std::find(resumed.begin(), resumed.end(), job.tenant()) != resumed.end()) continue;
     const std::string dir = pipeline::TenantDir(o.service.stage.state_dir, job.tenant());
@@ -35,6 +39,14 @@ Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
                    job.tenant().c_str());
       continue;
     }
+    MARLAAS_RETURN_IF_ERROR(
+        service->Check(job).status().Annotate("admitting tenant '" + job.tenant() + "'"));
+    to_admit.push_back(job);
+  }
+  // Admitted in order. Jobs the service has no room for yet (every row taken, or the memory
+  // budget) wait, and are tried again when a tenant settles.
+  std::vector<pb::JobSpec> waiting;
+  for (const pb::JobSpec& job : to_admit) {
     Status st = waiting.empty() ? service->Admit(job)
                                 : Status(StatusCode::kResourceExhausted, "jobs before it wait");
     if (st.code() == StatusCode::kResourceExhausted) {
@@ -45,20 +57,29 @@ Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
     }
     if (!st.ok()) return st.Annotate("admitting tenant '" + job.tenant() + "'");
   }
-  // Admits the waiting jobs that fit now, in order. One that does not fit into an idle service
-  // never will: an error naming it.
-  auto admit_waiting = [&]() -> Status {
+  // Tries the waiting jobs, in order, once a tenant has settled since the last try (or nothing
+  // runs). One that no longer passes its checks (its dataset gone, its id taken by a submit), or
+  // that does not fit into an idle service, is refused: named, and the others go on.
+  uint64_t settled_seen = service->settled();
+  auto admit_waiting = [&] {
+    if (waiting.empty() || (service->settled() == settled_seen && !service->AllDone())) return;
+    settled_seen = service->settled();
     while (!waiting.empty()) {
       const bool idle = service->AllDone();
-      Status st = service->Admit(waiting.front());
-      if (st.code() == StatusCode::kResourceExhausted && !idle) return Status::Ok();
-      if (!st.ok()) return st.Annotate("admitting tenant '" + waiting.front().tenant() + "'");
-      if (!o.quiet) std::printf("tenant %s admitted\n", waiting.front().tenant().c_str());
+      const pb::JobSpec& job = waiting.front();
+      Status st = service->Admit(job);
+      if (st.code() == StatusCode::kResourceExhausted && !idle) return;
+      if (st.ok()) {
+        if (!o.quiet) std::printf("tenant %s admitted\n", job.tenant().c_str());
+      } else {
+        std::fprintf(stderr, "tenant %s refused: %s\n", job.tenant().c_str(),
+                     st.ToString().c_str());
+        report.refused.push_back(job.tenant());
+      }
       waiting.erase(waiting.begin());
     }
-    return Status::Ok();
   };
-  if (Status st = admit_waiting(); !st.ok()) return st;
+  admit_waiting();
   // Said when the run ends early: waiting jobs were never admitted, so nothing of them resumes.
   auto never_admitted = [&] {
     if (waiting.empty()) return;
@@ -66,7 +87,6 @@ Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
     for (const pb::JobSpec& job : waiting) std::fprintf(stderr, " %s", job.tenant().c_str());
     std::fprintf(stderr, "\n");
   };
-  pipeline::InstallStopHandlers(/*stop_with_parent=*/false);  // Ctrl-C stops the run cleanly
   std::optional<serve::Tokens> tokens;
   std::optional<serve::ControlServer> control;
   std::optional<serve::ControlHandler> handler;
@@ -90,13 +110,9 @@ Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
     std::printf("metrics: http://127.0.0.1:%d/metrics\n", metrics_http->port());
   }
   serve::Monitor monitor;
-  RunJobsReport report;
   double next_print = o.print_every_s;
   while (o.until_stopped || !service->AllDone() || !waiting.empty()) {
-    if (Status st = admit_waiting(); !st.ok()) {
-      service->Stop();
-      return st;
-    }
+    admit_waiting();
     if (pipeline::StopRequested()) {
       never_admitted();
       if (o.until_stopped) {

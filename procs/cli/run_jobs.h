@@ -25,8 +25,10 @@ struct RunJobsOptions {
   bool until_stopped = false;
   // First admit again the unfinished tenants of the state dir (Service::ResumeTenants).
   bool resume = false;
-  // Jobs that find no room (max_tenants, the memory budget) wait and are admitted in order as
-  // tenants settle; one that does not fit into an idle service is an error naming it.
+  // Every job is checked before any is admitted (a refused one is an error naming it). Jobs that
+  // find no room (max_tenants, the memory budget) wait and are admitted in order as tenants
+  // settle; one that no longer passes its checks then, or that does not fit into an idle service,
+  // is refused and named (RunJobsReport::refused), and the others go on.
   // Every print interval, append a line to <state-dir>/metrics.jsonl (metrics_export.h).
   bool metrics_jsonl = false;
   // Serve Prometheus text on 127.0.0.1:port (0: any free port; -1: off).
@@ -36,6 +38,8 @@ struct RunJobsOptions {
 struct RunJobsReport {
   bool timed_out = false;
   bool interrupted = false;  // until_stopped: ended by SIGINT/SIGTERM (serve exits 130)
+  // Jobs that waited for room and were then refused (their reason was printed).
+  std::vector<std::string> refused;
   double wall_s = 0;
   double rollout_util = 0, trainer_util = 0, verifier_util = 0;
   std::vector<serve::UtilSample> timeline;

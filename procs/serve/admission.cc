@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -49,23 +50,54 @@ Result<uint64_t> EstimateTenantBytes(const pb::JobSpec& spec, const std::string&
   return 28 * params + kv_cache + activations;
 }
 
+namespace {
+
+// The bytes per element of the first tensor in a safetensors file (0: unreadable).
+int SafetensorsElementBytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  unsigned char len[8];
+  if (!f.read(reinterpret_cast<char*>(len), 8)) return 0;
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
+  if (n == 0 || n > (64u << 20)) return 0;
+  std::string header(n, '\0');
+  if (!f.read(header.data(), std::streamsize(n))) return 0;
+  const auto j = nlohmann::json::parse(header, nullptr, false);
+  if (!j.is_object()) return 0;
+  for (const auto& [name, t] : j.items()) {
+    if (name == "__metadata__" || !t.is_object() || !t.contains("dtype")) continue;
+    const std::string dtype = t["dtype"].is_string() ? t["dtype"].get<std::string>() : "";
+    return dtype == "F32" ? 4 : dtype == "BF16" || dtype == "F16" ? 2 : 0;
+  }
+  return 0;
+}
+
+}  // namespace
+
 MemoryBudget DefaultMemoryBudget(const std::string& model_dir, int host_model_copies) {
   const HostMemory host = UsableHostMemory();
   if (host.bytes == 0) return {0, "this host's memory is unknown: no budget"};
-  uint64_t weights = 0;
+  uint64_t weights = 0;  // as the model processes hold them: f32
+  bool mapped = true;    // f32 files are mapped and shared by every process that loads them
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(model_dir, ec)) {
     if (e.path().extension() != ".safetensors") continue;
     const uintmax_t size = e.file_size(ec);
-    if (!ec) weights += size;
+    if (ec) continue;
+    const int element = SafetensorsElementBytes(e.path().string());
+    mapped = mapped && element == 4;
+    weights += element == 2 ? 2 * uint64_t(size) : uint64_t(size);  // 16-bit: converted to f32
   }
+  const int copies = std::max(0, host_model_copies);
+  const uint64_t held = mapped ? (copies > 0 ? weights : 0) : weights * uint64_t(copies);
   auto mib = [](uint64_t b) { return std::to_string(b >> 20); };
   std::string source =
       "the default: this host's " + mib(host.bytes) + " MiB (" + host.limited_by + ")";
-  const uint64_t held = weights * uint64_t(std::max(0, host_model_copies));
   if (held > 0) {
-    source += " less the base model's " + mib(weights) + " MiB in each of " +
-              std::to_string(host_model_copies) + " model processes";
+    source +=
+        " less the base model's " + mib(weights) + " MiB as f32, " +
+        (mapped ? std::string("mapped once for its ") + std::to_string(copies) + " model processes"
+                : "in each of " + std::to_string(copies) + " model processes");
   }
   source += "; --memory-budget-mb sets another";
   return {held < host.bytes ? host.bytes - held : 1, source};

@@ -25,12 +25,14 @@ inline constexpr uint64_t kPromptAllowance = 256;  // tokens assumed for a promp
 // The estimate above; errors name config.json fields that are missing.
 Result<uint64_t> EstimateTenantBytes(const pb::JobSpec& spec, const std::string& model_dir);
 
-// The budget serve admits against when none is given (--memory-budget-mb): the memory this host
-// lets the service use (base/host_memory.h), less the base model's weights (its *.safetensors
-// files) in each process that loads them on the host: `host_model_copies` (the trainer and every
-// rollout replica on the CPU; none when they run on a GPU). `source` says how it was reckoned,
-// for the refusal message. Unknown host memory: bytes 0 (no budget). Weights that fill the host:
-// 1 byte (every tenant is refused, and the message says why).
+// The budget serve admits against on the CPU when none is given (--memory-budget-mb): the memory
+// this host lets the service use (base/host_memory.h), less the base model's weights (its
+// *.safetensors files) as the `host_model_copies` model processes (the trainer and every rollout
+// replica) hold them: f32 files are mapped and shared, so once; 16-bit ones are converted to f32
+// in each process, so twice their size per process. `source` says how it was reckoned, for the
+// refusal message. Unknown host memory: bytes 0 (no budget). Weights that fill the host: 1 byte
+// (every tenant is refused, and the message says why). On a GPU the estimate is mostly of device
+// memory, which this does not measure: serve sets no default budget there.
 struct MemoryBudget {
   uint64_t bytes = 0;
   std::string source;

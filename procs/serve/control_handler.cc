@@ -67,8 +67,16 @@ Status ControlHandler::StatusOf(const std::string& token, const pb::StatusReques
   }
   if (!r.tenant().empty() && out->tenants_size() == 0)
     return Status(StatusCode::kNotFound, "no tenant '" + r.tenant() + "'");
-  // A token that may see nothing is a mistyped or foreign one: said so, not an empty table.
+  // A token that may see nothing: its tenant waits on disk (ResumeTenants had no room for it),
+  // or it is a mistyped or foreign one. Said so, not an empty table.
   if (out->tenants_size() == 0 && !tokens_->IsAdmin(token)) {
+    const std::string own = tokens_->TenantOf(token);
+    if (!own.empty()) {
+      return Status(StatusCode::kNotFound,
+                    "tenant '" + own +
+                        "' is on disk, unfinished, but this service has not loaded it (it had "
+                        "no room when it started); it resumes with a later serve");
+    }
     return Status(StatusCode::kInvalidArgument,
                   "this token is neither the admin token nor any tenant's");
   }

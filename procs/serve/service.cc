@@ -429,8 +429,7 @@ void Service::Settle(int row, TenantRecord rec, TenantState state, const std::st
 void Service::RefreshSettledStatus(int row, const TenantRecord& rec) {
   auto it = settled_records_.find(rec.id);
   if (it == settled_records_.end()) return;
-  // The row went to another tenant, or the trainer has long let go of this one.
-  if (it->second.generation != rec.generation || NowMs() - int64_t(rec.settled_unix_ms) > 60000) {
+  if (it->second.generation != rec.generation) {  // an older tenant of the same id? never
     settled_records_.erase(it);
     return;
   }
@@ -560,7 +559,15 @@ void Service::Tick() {
     std::fprintf(stderr, "[serve] tenant %s failed: %s\n", rec.id, reason.c_str());
     Settle(row, rec, TenantState::kFailed, reason);
   };
-  for (auto& [row, rec] : table_->Snapshot()) {
+  const auto snapshot = table_->Snapshot();
+  // Settled tenants whose rows went to others are done with (their status.json is final).
+  for (auto it = settled_records_.begin(); it != settled_records_.end();) {
+    const bool in_table = std::any_of(snapshot.begin(), snapshot.end(), [&](const auto& r) {
+      return it->first == r.second.id && r.second.generation == it->second.generation;
+    });
+    it = in_table ? std::next(it) : settled_records_.erase(it);
+  }
+  for (auto& [row, rec] : snapshot) {
     if (IsSettled(rec.state)) RefreshSettledStatus(row, rec);
     if (rec.state != TenantState::kRunning) continue;
     auto vm = metrics_[verifier_index_].LoadTenant(row);

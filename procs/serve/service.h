@@ -85,6 +85,9 @@ class Service {
   // running or that the state dir already holds (a finished, stopped or failed tenant's, or one
   // ResumeTenants left on disk). Nothing changes when it fails.
   Status Admit(const pb::JobSpec& spec);
+  // What Admit checks before it looks for room: the spec with its defaults, or why it would be
+  // refused whatever the room. Changes nothing.
+  Result<pb::JobSpec> Check(const pb::JobSpec& spec) const { return CheckAdmissible(spec, false); }
   // Admits several tenants so that the stages see them start at one moment: every spec is
   // checked first (nothing changes if one is refused), each is admitted held (kAdmitted: the
   // trainer prepares its adapter, the rollout starts nothing for it), then all are made running.
@@ -183,8 +186,8 @@ class Service {
   std::map<std::string, uint64_t> estimates_;  // admission estimate per admitted tenant
   // Tenants stopped or failed while the trainer may still finish a step it had begun: the row's
   // generation, the step their status.json holds and their reason. Tick rewrites status.json
-  // when the trainer's count moves on (a stopped tenant's last checkpoint is that step), for a
-  // minute after the settle.
+  // when the trainer's count moves on (a stopped tenant's last checkpoint is that step), for as
+  // long as the tenant keeps its row.
   struct SettledRecord {
     uint64_t generation = 0, step = 0;
     std::string reason;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 
 #include "base/file_util.h"
 #include "procs/common/pipeline.h"
@@ -76,6 +77,15 @@ Result<std::string> Tokens::Issue(const std::string& tenant) {
 }
 
 bool Tokens::IsAdmin(const std::string& token) const { return SameToken(token, admin_); }
+
+std::string Tokens::TenantOf(const std::string& token) const {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(state_dir_ + "/tenants", ec)) {
+    auto own = ReadFile(e.path().string() + "/token");
+    if (own.ok() && SameToken(token, Trim(*own))) return e.path().filename().string();
+  }
+  return "";
+}
 
 bool Tokens::Allows(const std::string& token, const std::string& tenant) const {
   if (!ValidTenantId(tenant)) return false;  // also keeps the path below inside the state dir

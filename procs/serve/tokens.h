@@ -21,6 +21,8 @@ class Tokens {
   // True for the admin token, or for `tenant`'s own token.
   bool Allows(const std::string& token, const std::string& tenant) const;
   bool IsAdmin(const std::string& token) const;
+  // The tenant of the state dir whose own token `token` is ("" for none): reads every tenant's.
+  std::string TenantOf(const std::string& token) const;
 
  private:
   std::string state_dir_, admin_;

@@ -249,7 +249,8 @@ TEST_F(ModelCudaTest, AMultiTenantGrpoStepMatchesTheCpu) {
       // Two steps: the second starts from the first one's update.
       for (int s = 0; s < 2; ++s) {
         rl::MultiTenantStep(model, steps);
-        for (auto& a : adapters) grads[size_t(side)].push_back(a.flat().grad().detach().cpu());
+        for (auto& a : adapters)  // a copy: the next step's zero_grad may zero it in place
+          grads[size_t(side)].push_back(a.flat().grad().detach().cpu().clone());
       }
       for (auto& a : adapters) flats[size_t(side)].push_back(a.flat().detach().cpu());
     }

@@ -514,7 +514,13 @@ TEST_F(PipelineTest, ServeRefusesAJobTheHostCannotHoldAtSubmit) {
   EXPECT_NE(r.error().find("tenant 'huge' needs about"), std::string::npos) << r.error();
   EXPECT_NE(r.error().find("budget: the default: this host's"), std::string::npos) << r.error();
   EXPECT_FALSE(fs::exists(TenantDir("huge") + "/job.json"));
+  // A hangup reaches serve and its stages (a closed terminal's whole process group): none ends.
+  const std::map<pid_t, unsigned long long> stages = StagesOf(serve);
+  ASSERT_GE(stages.size(), 3u) << "serve's stage processes were not found under /proc";
   ASSERT_EQ(::kill(serve, SIGHUP), 0);
+  for (const auto& [pid, start] : stages) ::kill(pid, SIGHUP);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  for (const auto& [pid, start] : stages) EXPECT_FALSE(Ended(pid, start)) << "stage " << pid;
   const pb::ControlReply small = Call(state_dir_, "", Submit(SmallJob("small", "countdown", 1, 2)));
   EXPECT_TRUE(small.ok()) << small.error() << " (after a SIGHUP)";
   ::kill(serve, SIGTERM);

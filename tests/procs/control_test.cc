@@ -392,26 +392,41 @@ TEST(SettledStatusTest, AReasonThatIsNotUtf8StillGivesAReadableReply) {
 // serve's default budget: what this host can hold, less the base weights of each process that
 // loads them on the host; weights larger than the host leave no room (every tenant refused).
 TEST(AdmissionTest, TheDefaultBudgetIsTheHostLessTheBaseWeightsInEachModelProcess) {
-  const testing::ScopedTempDir model("model");
   const HostMemory host = UsableHostMemory();
-  ASSERT_GT(host.bytes, uint64_t(8) << 20);
-  auto sparse = [&](const std::string& name, uint64_t bytes) {
-    std::ofstream(model.path() + "/" + name).put('x');
-    ASSERT_EQ(::truncate((model.path() + "/" + name).c_str(), off_t(bytes)), 0);
+  ASSERT_GT(host.bytes, uint64_t(32) << 20);
+  // A safetensors file of `bytes` whose tensors are `dtype` (sparse: its data is not written).
+  auto weights = [](const std::string& path, const char* dtype, uint64_t bytes) {
+    const std::string header =
+        std::string(R"({"w":{"dtype":")") + dtype + R"(","shape":[1],"data_offsets":[0,4]}})";
+    std::ofstream f(path, std::ios::binary);
+    const uint64_t n = header.size();
+    for (int i = 0; i < 8; ++i) f.put(char((n >> (8 * i)) & 0xff));
+    f << header;
+    f.close();
+    ASSERT_EQ(::truncate(path.c_str(), off_t(bytes)), 0);
   };
-  sparse("model-00001-of-00002.safetensors", 3 << 20);
-  sparse("model-00002-of-00002.safetensors", 1 << 20);
-  sparse("tokenizer.json", 5 << 20);  // not weights
-  MemoryBudget b = DefaultMemoryBudget(model.path(), 2);
-  EXPECT_EQ(b.bytes, host.bytes - (uint64_t(8) << 20));
-  EXPECT_NE(b.source.find("less the base model's 4 MiB in each of 2 model processes"),
+  // f32: mapped and shared by the model processes, so counted once.
+  const testing::ScopedTempDir f32("f32");
+  weights(f32.path() + "/model-00001-of-00002.safetensors", "F32", 3 << 20);
+  weights(f32.path() + "/model-00002-of-00002.safetensors", "F32", 1 << 20);
+  weights(f32.path() + "/tokenizer.json", "F32", 5 << 20);  // not weights
+  MemoryBudget b = DefaultMemoryBudget(f32.path(), 2);
+  EXPECT_EQ(b.bytes, host.bytes - (uint64_t(4) << 20));
+  EXPECT_NE(b.source.find("less the base model's 4 MiB as f32, mapped once for its 2 model "
+                          "processes"),
             std::string::npos)
       << b.source;
   EXPECT_NE(b.source.find("--memory-budget-mb"), std::string::npos) << b.source;
-  b = DefaultMemoryBudget(model.path(), 0);  // weights on a GPU
-  EXPECT_EQ(b.bytes, host.bytes);
-  sparse("model-00002-of-00002.safetensors", host.bytes);
-  EXPECT_EQ(DefaultMemoryBudget(model.path(), 1).bytes, 1u);
+  // bf16: converted to f32 (twice the size) in each process.
+  const testing::ScopedTempDir bf16("bf16");
+  weights(bf16.path() + "/model.safetensors", "BF16", 4 << 20);
+  b = DefaultMemoryBudget(bf16.path(), 2);
+  EXPECT_EQ(b.bytes, host.bytes - (uint64_t(16) << 20));
+  EXPECT_NE(b.source.find("8 MiB as f32, in each of 2 model processes"), std::string::npos)
+      << b.source;
+  EXPECT_EQ(DefaultMemoryBudget(bf16.path(), 0).bytes, host.bytes);  // no model process
+  weights(bf16.path() + "/model.safetensors", "BF16", host.bytes);   // more than the host
+  EXPECT_EQ(DefaultMemoryBudget(bf16.path(), 1).bytes, 1u);
 }
 
 // A stage's error for a tenant: cut in the metrics record, whole in the tenant's dir, and serve

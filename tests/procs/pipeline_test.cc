@@ -1097,17 +1097,30 @@ TEST_F(PipelineTest, ServeWithJobsLeavesAJobWaitingOnDiskForALaterService) {
 }
 
 // `serve --job A --job B --max-tenants 1`: B waits for A's row and then trains (serve used to
-// fail on it, leaving A's job.json half done). A job that could not fit an idle service is an
-// error naming it, not a wait for ever.
+// fail on it, leaving A's job.json half done). Every job is checked before any is admitted: a
+// bad one behind a waiting one is named at once. A job that could not fit an idle service is
+// refused by name, not waited for for ever.
 TEST_F(PipelineTest, JobsBeyondTheServicesRoomWaitAndTrainInTurn) {
   max_tenants_ = 1;
+  const ScopeExit restore_signals([] {  // RunJobs took them (Ctrl-C, hangups, closed pipes)
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::signal(sig, SIG_DFL);
+  });
   cli::RunJobsOptions r;
   r.service = Options();
-  r.jobs = {SmallJob("turn1", "arithmetic", 2, 1), SmallJob("turn2", "countdown", 2, 2)};
   r.quiet = true;
   r.timeout_s = 240;  // a liveness bound
-  ::testing::internal::CaptureStderr();
+  pb::JobSpec missing = SmallJob("nodata", "custom", 2, 3);
+  missing.mutable_dataset()->set_jsonl_path(state_dir_ + "/no-such.jsonl");
+  r.jobs = {SmallJob("early", "arithmetic", 2, 1), SmallJob("later", "countdown", 2, 2), missing};
   auto report = cli::RunJobs(r);
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.status().message().find("admitting tenant 'nodata'"), std::string::npos)
+      << report.status().ToString();
+  EXPECT_FALSE(fs::exists(TenantDir("early") + "/job.json")) << "a job was admitted before";
+
+  r.jobs = {SmallJob("turn1", "arithmetic", 2, 1), SmallJob("turn2", "countdown", 2, 2)};
+  ::testing::internal::CaptureStderr();
+  report = cli::RunJobs(r);
   const std::string err = ::testing::internal::GetCapturedStderr();
   ASSERT_TRUE(report.ok()) << report.status().ToString() << "\n" << err;
   EXPECT_FALSE(report->timed_out);
@@ -1118,19 +1131,16 @@ TEST_F(PipelineTest, JobsBeyondTheServicesRoomWaitAndTrainInTurn) {
   const auto need =
       serve::EstimateTenantBytes(SmallJob("big", "arithmetic", 2, 1), TestBaseModel());
   ASSERT_TRUE(need.ok()) << need.status().ToString();
-  r.service = Options();
   r.service.memory_budget_bytes = *need / 2;
   r.jobs = {SmallJob("big", "arithmetic", 2, 1)};
   ::testing::internal::CaptureStderr();
   report = cli::RunJobs(r);
-  ::testing::internal::GetCapturedStderr();
-  ::signal(SIGINT, SIG_DFL);  // RunJobs took them for Ctrl-C: this test process's again
-  ::signal(SIGTERM, SIG_DFL);
-  ASSERT_FALSE(report.ok());
-  EXPECT_NE(report.status().message().find("admitting tenant 'big'"), std::string::npos)
-      << report.status().ToString();
-  EXPECT_NE(report.status().message().find("memory budget"), std::string::npos)
-      << report.status().ToString();
+  const std::string big_err = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->refused, std::vector<std::string>{"big"});
+  EXPECT_NE(big_err.find("tenant big refused"), std::string::npos) << big_err;
+  EXPECT_NE(big_err.find("memory budget"), std::string::npos) << big_err;
+  EXPECT_FALSE(fs::exists(TenantDir("big") + "/job.json"));
 }
 
 TEST_F(PipelineTest, AdmittingTogetherChecksEverySpecFirstThenRunsThemAll) {
