@@ -41,11 +41,12 @@ using json = nlohmann::json;
 // rates"): arithmetic is learnt fact by fact (200 single-digit facts): 100 steps of 64 prompts
 // gained +0.25 to +0.36 from 0.23 (this build's base starts at 0.81 and reaches 0.93-0.95); its
 // answers are a few tokens, so many prompts a step are cheap. Countdown gained +0.13 to +0.27 with
-// 8 prompts a step, +0.29 and +0.34 with 16 (one run each). Python at difficulty 1 starts at 1.0 on this build's base, so difficulty 2 (0.66-0.68 ->
-// 1.0). The calculator's samples are the costliest (a tool round trip); on this build's base it
-// learns at difficulty 1 only, and little (0.73-0.80 -> 0.82-0.85 with 8 or 16 prompts a step; at
-// difficulty 2 and 3, where the earlier base learnt 0.36-0.40 -> 0.64-0.86, its reward of
-// 0.02-0.13 fell further): the demo's "gained 0.2 or reached 0.9" is not met for it.
+// 8 prompts a step, +0.29 and +0.34 with 16 (one run each). Python at difficulty 1 starts at 1.0 on
+// this build's base, so difficulty 2 (0.66-0.68 -> 1.0). The calculator's samples are the costliest
+// (a tool round trip); on this build's base it learns at difficulty 1 only, and little (0.73-0.80
+// -> 0.82-0.85 with 8 or 16 prompts a step; at difficulty 2 and 3, where the earlier base learnt
+// 0.36-0.40 -> 0.64-0.86, its reward of 0.02-0.13 fell further): the demo's "gained 0.2 or reached
+// 0.9" is not met for it.
 constexpr uint32_t kDemoEvalPrompts = 256;
 
 struct DemoTask {
