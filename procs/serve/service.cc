@@ -427,12 +427,9 @@ void Service::Settle(int row, TenantRecord rec, TenantState state, const std::st
 }
 
 void Service::RefreshSettledStatus(int row, const TenantRecord& rec) {
+  // Tick has dropped the records of tenants whose rows went to others: this one is rec's.
   auto it = settled_records_.find(rec.id);
   if (it == settled_records_.end()) return;
-  if (it->second.generation != rec.generation) {  // an older tenant of the same id? never
-    settled_records_.erase(it);
-    return;
-  }
   TenantView v = ViewOf(row, rec);
   if (v.trainer.generation != rec.generation || v.trainer.steps <= it->second.step) return;
   pb::TenantStatus status = TenantStatusOf(v);
