@@ -101,6 +101,8 @@ std::string EncodeRequest(const SandboxRequest& req) {
   std::string out;
   PutBytes(&out, &kRequestMagic, sizeof(kRequestMagic));
   PutBytes(&out, &req.limits, sizeof(req.limits));
+  const uint8_t as_pid1 = req.as_pid1;
+  PutBytes(&out, &as_pid1, sizeof(as_pid1));
   const uint64_t argc = req.argv.size(), files = req.files.size();
   PutBytes(&out, &argc, sizeof(argc));
   for (const std::string& a : req.argv) PutString(&out, a);
@@ -135,11 +137,13 @@ bool ReadString(int fd, std::string* s) {
 bool DecodeRequest(int fd, SandboxRequest* req) {
   uint32_t magic = 0;
   uint64_t argc = 0, files = 0;
+  uint8_t as_pid1 = 0;
   if (!ReadAll(fd, &magic, sizeof(magic)) || magic != kRequestMagic ||
-      !ReadAll(fd, &req->limits, sizeof(req->limits)) || !ReadAll(fd, &argc, sizeof(argc)) ||
-      argc == 0 || argc > 4096) {
+      !ReadAll(fd, &req->limits, sizeof(req->limits)) || !ReadAll(fd, &as_pid1, sizeof(as_pid1)) ||
+      !ReadAll(fd, &argc, sizeof(argc)) || argc == 0 || argc > 4096) {
     return false;
   }
+  req->as_pid1 = as_pid1 != 0;
   req->argv.resize(argc);
   for (std::string& a : req->argv)
     if (!ReadString(fd, &a)) return false;
@@ -150,8 +154,31 @@ bool DecodeRequest(int fd, SandboxRequest* req) {
   return true;
 }
 
-// The program's process: PID 1 of the new pid namespace. Builds the root, waits for the request,
-// applies it, drops what it can, and execs. Never returns.
+// PID 1 of the run's pid namespace once the request arrived: reaps every process that ends up
+// its child (the program and the orphans it leaves), reports the program's wait status, and exits,
+// which makes the kernel kill whatever is left in the namespace. Nothing else: no
+// allocation, no exec; it keeps its capabilities in the run's user namespace, so the program
+// (which has none) can neither trace it nor, with hidepid, see it in /proc.
+[[noreturn]] void RunInit(pid_t program, int status_fd, int in_fd, int out_fd, int err_fd) {
+  for (int fd : {in_fd, out_fd, err_fd}) ::close(fd);  // the parent's EOFs are the program's
+  ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  for (;;) {
+    int wstatus = 0;
+    const pid_t reaped = ::waitpid(-1, &wstatus, 0);
+    if (reaped == program) {
+      Send(status_fd, StatusMessage::kWaitStatus, wstatus);
+      ::_exit(0);
+    }
+    if (reaped < 0 && errno != EINTR) ::_exit(126);  // ECHILD: cannot happen before the program
+  }
+}
+
+// The run's first process in the new pid namespace (its PID 1). Builds the root, waits for the
+// request and writes its files, then forks: it stays as the run's init (RunInit) and the child,
+// PID 2, applies the rest of the request, drops what it can, and execs the program. A program
+// that were PID 1 itself would be immune to every signal it sent itself without a handler (`kill
+// -SEGV $$` would do nothing; abort() would end by another signal) and would leave the orphans
+// of its children unreaped; only a request with as_pid1 gets that. Never returns.
 [[noreturn]] void RunProgram(const std::string& root, int status_fd, int request_fd, int in_fd,
                              int out_fd, int err_fd) {
   // Dies with the helper (and, as PID 1 of its namespace, takes every process of the run along):
@@ -173,8 +200,9 @@ bool DecodeRequest(int fd, SandboxRequest* req) {
   for (const char* dir : {"/proc", "/dev", "/work", "/tmp", "/.old"}) {
     if (::mkdir((root + dir).c_str(), 0755) != 0) Fail(status_fd, dir);
   }
+  // hidepid: a process the program may not trace (the init) is not listed at all.
   if (::mount("proc", (root + "/proc").c_str(), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-              nullptr) != 0) {
+              "hidepid=2") != 0) {
     Fail(status_fd, "mount proc");
   }
   // The namespaces' own sysctls are owned by their root, which the program is: read-only.
@@ -232,18 +260,24 @@ bool DecodeRequest(int fd, SandboxRequest* req) {
     }
     ::close(fd);
   }
-  // From here on nothing may allocate: RLIMIT_AS counts the address space this process inherited
-  // (gigabytes in a LibTorch process), so a small limit fails every malloc until execve.
   std::vector<char*> argv;
   for (const std::string& a : req.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  const SeccompProgram& seccomp = DenyListProgram();  // compiled before the fork
+  const SeccompProgram& seccomp = DenyListProgram();  // compiled before the first fork
+  if (!req.as_pid1) {
+    const pid_t program = ::fork();
+    if (program < 0) Fail(status_fd, "fork the program");
+    if (program > 0) RunInit(program, status_fd, in_fd, out_fd, err_fd);
+  }
+  // From here on nothing may allocate: RLIMIT_AS counts the address space this process inherited
+  // (gigabytes in a LibTorch process), so a small limit fails every malloc until execve.
+  const rlim_t nproc = L.max_processes + (req.as_pid1 ? 0 : 1);  // the init is the same user
   const struct {
     int resource;
     rlim_t value;
-  } limits[] = {{RLIMIT_CPU, L.cpu_seconds},       {RLIMIT_AS, L.memory_bytes},
-                {RLIMIT_NPROC, L.max_processes},   {RLIMIT_FSIZE, L.max_file_bytes},
-                {RLIMIT_NOFILE, L.max_open_files}, {RLIMIT_CORE, 0}};
+  } limits[] = {
+      {RLIMIT_CPU, L.cpu_seconds},      {RLIMIT_AS, L.memory_bytes},       {RLIMIT_NPROC, nproc},
+      {RLIMIT_FSIZE, L.max_file_bytes}, {RLIMIT_NOFILE, L.max_open_files}, {RLIMIT_CORE, 0}};
   for (const auto& l : limits) {
     struct rlimit r {
       l.value, l.value
@@ -291,9 +325,10 @@ bool DecodeRequest(int fd, SandboxRequest* req) {
   Fail(status_fd, "execve");
 }
 
-// The helper between the parent and the program: joins the run's cgroup, drops to nobody,
-// enters the new namespaces, forks the program as their PID 1, reports its pid and, later, its
-// wait status.
+// The helper between the parent and the run: joins the run's cgroup, drops to nobody, enters the
+// new namespaces, forks their PID 1 (RunProgram, later the run's init), reports its pid and,
+// once reaped, its wait status (after the init's report of the program's, which the parent
+// takes: the helper's tells of an init killed before it could report).
 [[noreturn]] void RunHelper(const std::string& root, const std::vector<std::string>& join_files,
                             int status_fd, int request_fd, int in_fd, int out_fd, int err_fd) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -357,7 +392,7 @@ Result<PreparedSandbox> PreparedSandbox::Prepare(bool cgroup) {
   std::vector<std::string> join_files;
   if (cgroup) {
     const SandboxLimits defaults;  // Launch writes the request's
-    auto cg = RunCgroup::Create(defaults.max_processes + 1, defaults.memory_bytes);
+    auto cg = RunCgroup::Create(defaults.max_processes + 2, defaults.memory_bytes);
     if (!cg.ok()) return Status(cg.status().code(), "cgroup: " + cg.status().message());
     s.cgroup_.emplace(std::move(cg).value());
     join_files = s.cgroup_->join_files();
@@ -412,8 +447,8 @@ PreparedSandbox::PreparedSandbox(PreparedSandbox&& o) noexcept
 }
 
 PreparedSandbox::~PreparedSandbox() {
-  // The program is PID 1 of its namespace and the helper's child: killing the helper and then
-  // closing the request socket ends an unlaunched one; RunSandboxed has killed a launched one.
+  // The run's PID 1 is the helper's child: killing the helper and then closing the request
+  // socket ends an unlaunched one; RunSandboxed has killed a launched one.
   Kill(-1);
   for (int* fd : {&stdin_w_, &stdout_r_, &stderr_r_, &status_r_, &request_w_}) CloseFd(fd);
   if (!root_.empty()) ::rmdir(root_.c_str());
@@ -427,8 +462,8 @@ bool PreparedSandbox::ReapHelper(int options) {
   }
   if (r == 0) return false;  // still running
   if (r == helper_) {
-    // The helper's own time plus its reaped children's: the program, which in turn holds the
-    // processes of its pid namespace.
+    // The helper's own time plus its reaped children's: the run's PID 1, which in turn holds the
+    // processes of its pid namespace (the program among them).
     const auto ns = [](const timeval& t) {
       return int64_t(t.tv_sec) * 1000000000 + t.tv_usec * 1000;
     };
@@ -438,11 +473,11 @@ bool PreparedSandbox::ReapHelper(int options) {
   return true;
 }
 
-void PreparedSandbox::Kill(pid_t program) {
-  if (program > 0) ::kill(program, SIGKILL);
+void PreparedSandbox::Kill(pid_t pid1) {
+  if (pid1 > 0) ::kill(pid1, SIGKILL);
   CloseFd(&request_w_);  // an unlaunched program reads EOF and exits
   if (helper_ <= 0) return;
-  // The helper reaps the program and exits by itself: let it, so that no zombie of the run is
+  // The helper reaps the run's PID 1 and exits by itself: let it, so that no zombie of the run is
   // left to the host's init (it would count against the run cgroup's pids until reaped). A
   // helper that does not exit within 200 ms is killed.
   for (int i = 0; i < 200; ++i) {
@@ -468,7 +503,9 @@ Status PreparedSandbox::Launch(const SandboxRequest& req,
                                std::chrono::steady_clock::time_point deadline) {
   if (cgroup_) {
     const Status limited =
-        cgroup_->SetLimits(req.limits.max_processes + 1, req.limits.memory_bytes);
+        // The helper and, unless the program is PID 1, the init count too.
+        cgroup_->SetLimits(req.limits.max_processes + (req.as_pid1 ? 1 : 2),
+                           req.limits.memory_bytes);
     if (!limited.ok()) {
       CloseFd(&request_w_);  // the program reads EOF and exits
       return Status(limited.code(), "cgroup: " + limited.message());

@@ -1,19 +1,21 @@
 // PreparedSandbox: a sandbox built up to the point where only the request is missing. The helper
 // process has joined the run's cgroup, dropped to nobody and entered new user, pid, network,
-// mount, IPC, UTS and cgroup namespaces; the program process (PID 1 of the pid namespace, in a
-// session of its own) has pivoted into a fresh tmpfs root (read-only /usr binds, private /proc
-// with a read-only /proc/sys, /dev with null, zero and urandom, a tmpfs /work also seen as /tmp)
-// and waits on a socket for the request. Launch() sends it; the program then sizes /work, writes
-// the files, sets rlimits, gives up every capability (securebits: none at execve either), sets
+// mount, IPC, UTS and cgroup namespaces; its child, PID 1 of the pid namespace, in a session of
+// its own, has pivoted into a fresh tmpfs root (read-only /usr binds, a private /proc that lists
+// only the processes the program may trace (hidepid) with a read-only /proc/sys, /dev with null,
+// zero and urandom, a tmpfs /work also seen as /tmp) and waits on a socket for the request.
+// Launch() sends it; PID 1 then sizes /work and writes the files, and forks the program as PID 2
+// while it stays as the run's init (unless the request has as_pid1: then it is the program). The
+// program sets rlimits, gives up every capability (securebits: none at execve either), sets
 // no_new_privs and the seccomp deny-list, and execs.
 //
 // Every run gets a sandbox of its own, prepared at the call or ahead of it (sandbox_pool.h):
 // nothing of one run can reach another. An unused one dies with its creator: the helper has
-// PDEATHSIG (bound to the creating thread, which must outlive it), and the program exits when
-// the request socket reaches EOF.
+// PDEATHSIG (bound to the creating thread, which must outlive it), and its PID 1 exits when the
+// request socket reaches EOF.
 //
-// Status messages from the helper and the program reach the parent on `status_r` (StatusMessage);
-// RunSandboxed (sandbox.h) supervises the run. Move-only; not thread-safe.
+// Status messages from the helper, the init and the program reach the parent on `status_r`
+// (StatusMessage); RunSandboxed (sandbox.h) supervises the run. Move-only; not thread-safe.
 #pragma once
 
 #include <sys/types.h>
@@ -32,8 +34,8 @@ namespace marlaas::sandbox {
 // From the sandbox's helper and program to the parent, over the status pipe.
 struct StatusMessage {
   enum Kind : int32_t {
-    kProgramPid = 1,   // value: the program's pid (as seen by the parent)
-    kWaitStatus = 2,   // value: the program's wait status
+    kProgramPid = 1,   // value: the run's PID 1 (as seen by the parent): the init or the program
+    kWaitStatus = 2,   // value: the program's wait status; the first one sent is the program's
     kSetupError = 3,   // value: errno; text: what failed
     kAboutToExec = 4,  // the request was applied; execve follows
   };
@@ -69,9 +71,9 @@ class PreparedSandbox {
     int stdin_w, stdout_r, stderr_r, status_r;
   };
   Streams TakeStreams();
-  // Ends the run: kills the program (PID 1 of its namespace, so every process in it; <= 0 when
-  // unknown) and the helper, and reaps the helper.
-  void Kill(pid_t program);
+  // Ends the run: kills its PID 1 (`pid1`, as kProgramPid gave it; <= 0 when unknown), which
+  // makes the kernel kill every process of the namespace, and the helper, and reaps the helper.
+  void Kill(pid_t pid1);
   // CPU time (user + system) of the helper and of every process of the run, which the program
   // and the kernel's end of the pid namespace reaped into it; known once the helper is reaped
   // (Kill, or SetUpAlive returning false), 0 before.

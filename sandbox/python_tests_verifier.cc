@@ -519,6 +519,7 @@ std::vector<Verdict> VerifyPythonFunctions(const std::vector<PythonCandidate>& c
         uint32_t(std::min<uint64_t>(UINT32_MAX, per * uint64_t(limits.cpu_seconds) + 2));
     req.limits.max_output_bytes = per * (limits.max_output_bytes + 2 * key.size() + 128) + 4096;
     req.limits.max_processes = limits.max_processes + 1;  // the harness
+    req.as_pid1 = true;  // the harness: candidates' signals to it are dropped, kill(-1) spares it
     req.files.emplace_back("harness.py", kHarness);
     req.stdin_data = key;
     for (size_t c : pending) req.stdin_data += frames[c];

@@ -16,9 +16,10 @@
 //    of the harness's memory no longer holds (it cannot forge a frame); what it writes there
 //    counts against its own output limit;
 //  - before its end is framed, every process in the sandbox but the harness is killed and reaped
-//    (the harness is PID 1 and signals -1); then /work is emptied;
-//  - it cannot reach the harness or what the harness passes on: the harness is not dumpable, no
-//    process in the sandbox holds a capability, signals to PID 1 are dropped, seccomp refuses
+//    (the harness is PID 1, as_pid1 in sandbox.h, and signals -1); then /work is emptied;
+//  - it cannot reach the harness or what the harness passes on: the harness is not dumpable (so
+//    not even listed in /proc: hidepid), no process in the sandbox holds a capability, signals to
+//    PID 1 are dropped, seccomp refuses
 //    setting another process's priority, affinity or rlimits and kernel-persistent IPC objects
 //    (sandbox/seccomp_filter.h), and a harness whose OOM score, autogroup, priority, affinity or
 //    rlimits changed anyway hands the rest to a fresh sandbox;

@@ -105,7 +105,7 @@ Result<SandboxResult> RunSandboxed(const SandboxRequest& req) {
   const PreparedSandbox::Streams streams = sandbox->TakeStreams();  // closed here
   int out[2] = {streams.stdout_r, -1}, err[2] = {streams.stderr_r, -1};
   int st[2] = {streams.status_r, -1}, in[2] = {-1, streams.stdin_w};
-  pid_t program = -1;
+  pid_t pid1 = -1;  // the run's PID 1, as the parent sees it
   bool have_status = false, exec_reached = false;
   int wstatus = 0;
   size_t stdin_written = 0;
@@ -154,10 +154,12 @@ Result<SandboxResult> RunSandboxed(const SandboxRequest& req) {
         st[0] = -1;
         --open_streams;
       } else if (m.kind == StatusMessage::kProgramPid) {
-        program = m.value;
+        pid1 = m.value;
       } else if (m.kind == StatusMessage::kWaitStatus) {
+        // The first is the program's (from the init, or from the helper when the program is
+        // PID 1); the helper's report of a reaped init follows it.
+        if (!have_status) wstatus = m.value;
         have_status = true;
-        wstatus = m.value;
       } else if (m.kind == StatusMessage::kSetupError) {
         res.setup_error = m.text;
       } else if (m.kind == StatusMessage::kAboutToExec) {
@@ -180,18 +182,19 @@ Result<SandboxResult> RunSandboxed(const SandboxRequest& req) {
     }
   }
   // What the helper said but the loop did not read (it stopped at the deadline or the output
-  // limit): the program's pid, or that it was already reaped.
+  // limit): the run's PID 1, or that the program was already reaped.
   for (StatusMessage m; st[0] >= 0 && !have_status;) {
     pollfd p{st[0], POLLIN, 0};
     if (::poll(&p, 1, 0) != 1 || ::read(st[0], &m, sizeof(m)) != ssize_t(sizeof(m))) break;
-    if (m.kind == StatusMessage::kProgramPid) program = m.value;
+    if (m.kind == StatusMessage::kProgramPid) pid1 = m.value;
     if (m.kind == StatusMessage::kWaitStatus) have_status = true, wstatus = m.value;
     if (m.kind == StatusMessage::kAboutToExec) exec_reached = true;
     if (m.kind == StatusMessage::kSetupError) res.setup_error = m.text;
   }
-  // Killing the program, PID 1 of its namespace, makes the kernel kill every process in it; once
-  // its wait status arrived, its pid may already belong to someone else.
-  sandbox->Kill(have_status ? -1 : program);
+  // Killing the run's PID 1 makes the kernel kill every process in its namespace; once the
+  // program's wait status arrived, PID 1 has exited (or is the program) and its pid may already
+  // belong to someone else.
+  sandbox->Kill(have_status ? -1 : pid1);
   res.cpu_ms = double(sandbox->cpu_ns()) * 1e-6;
   CloseAll({in[1], out[0], err[0], st[0]});
   const RunCgroup* cg = sandbox->cgroup();

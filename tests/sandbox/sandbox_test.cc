@@ -27,12 +27,14 @@ namespace {
 
 SandboxResult RunIn(std::vector<std::string> argv, SandboxLimits limits = {},
                     std::string stdin_data = "",
-                    std::vector<std::pair<std::string, std::string>> files = {}) {
+                    std::vector<std::pair<std::string, std::string>> files = {},
+                    bool as_pid1 = false) {
   SandboxRequest r;
   r.argv = std::move(argv);
   r.limits = limits;
   r.stdin_data = std::move(stdin_data);
   r.files = std::move(files);
+  r.as_pid1 = as_pid1;
   auto res = RunSandboxed(r);
   EXPECT_TRUE(res.ok()) << res.status().ToString();
   return res.ok() ? *res : SandboxResult{};
@@ -50,6 +52,49 @@ TEST(SandboxTest, RunsAProgramWithStdinStdoutStderrAndExitCode) {
   EXPECT_EQ(r.exit_code, 3);
   EXPECT_EQ(r.stdout_data, "abab\n");
   EXPECT_EQ(r.stderr_data, "oops\n");
+}
+
+// The program is not its pid namespace's PID 1 (which drops every signal it sends itself without
+// a handler): signals it sends itself end it as on any host. With as_pid1 it is PID 1, and they
+// do not.
+TEST(SandboxTest, SignalsTheProgramSendsItselfEndIt) {
+  auto segv = RunIn({"/bin/sh", "-c", "kill -SEGV $$; echo survived"});
+  EXPECT_EQ(segv.outcome, SandboxOutcome::kSignaled) << segv.setup_error << segv.stdout_data;
+  EXPECT_EQ(segv.signal, SIGSEGV);
+  EXPECT_EQ(segv.stdout_data, "");
+  auto killed = Python("import os\nos.kill(os.getpid(), 9)\nprint('survived')");
+  EXPECT_EQ(killed.outcome, SandboxOutcome::kSignaled) << killed.setup_error << killed.stdout_data;
+  EXPECT_EQ(killed.signal, SIGKILL);
+  auto aborted = Python("import os\nos.abort()");
+  EXPECT_EQ(aborted.outcome, SandboxOutcome::kSignaled) << aborted.setup_error;
+  EXPECT_EQ(aborted.signal, SIGABRT);
+  auto pid1 = RunIn({"/bin/sh", "-c", "kill -TERM $$; echo survived $$"}, {}, "", {}, true);
+  EXPECT_EQ(pid1.outcome, SandboxOutcome::kExited) << pid1.setup_error;
+  EXPECT_EQ(pid1.stdout_data, "survived 1\n");
+}
+
+// A process whose parent exited is reparented to the namespace's init, which reaps it when it
+// ends: no zombie is left (each would count against the run's pids limit). A program that is
+// PID 1 (as_pid1) is that init and has to reap its orphans itself; this one does not.
+TEST(SandboxTest, OrphansAreReapedUnlessTheProgramIsPid1) {
+  const std::string code =
+      "import os, time\n"
+      "if os.fork() == 0:\n"
+      "    if os.fork() == 0:\n        time.sleep(0.05); os._exit(0)\n"
+      "    os._exit(0)\n"
+      "os.wait()\ntime.sleep(0.5)\nzombies = 0\n"
+      "for p in [d for d in os.listdir('/proc') if d.isdigit()]:\n"
+      "    try: zombies += open('/proc/%s/stat' % p).read().rsplit(')', 1)[1].split()[0] == 'Z'\n"
+      "    except OSError: pass\n"
+      "print('pid', os.getpid(), 'zombies', zombies)\n";
+  SandboxLimits l;
+  l.wall_timeout_ms = 5000;
+  auto reaped = RunIn({"/usr/bin/python3", "-I", "-S", "-c", code}, l);
+  ASSERT_EQ(reaped.outcome, SandboxOutcome::kExited) << reaped.stderr_data << reaped.setup_error;
+  EXPECT_EQ(reaped.stdout_data, "pid 2 zombies 0\n");
+  auto left = RunIn({"/usr/bin/python3", "-I", "-S", "-c", code}, l, "", {}, true);
+  ASSERT_EQ(left.outcome, SandboxOutcome::kExited) << left.stderr_data << left.setup_error;
+  EXPECT_EQ(left.stdout_data, "pid 1 zombies 1\n");
 }
 
 // Far more stdin than a pipe holds, to a program that exits without reading it: the caller must
@@ -193,17 +238,20 @@ TEST(SandboxTest, RunsCannotSeeTheStateDirOrEachOther) {
       "+ os.listdir('/')\n"
       "for pid in [d for d in os.listdir('/proc') if d.isdigit()]:\n"
       "    seen += ['proc ' + pid]\n"
-      "    if pid != '1': seen += [open('/proc/%s/cmdline' % pid).read()]\n"
-      "print(seen)\n";
+      "    if pid != str(os.getpid()): seen += [open('/proc/%s/cmdline' % pid).read()]\n"
+      "print(seen, os.getpid())\n";
   auto b = Python(code);
   other.join();
   ASSERT_EQ(b.outcome, SandboxOutcome::kExited) << b.stderr_data << b.setup_error;
-  // Only the program itself (pid 1 of its own namespace) is visible.
+  // Only the program itself (pid 2 of its own namespace) is visible: not the other run's
+  // processes, nor its own init (PID 1, a fork of this test process: its command line is ours).
   EXPECT_EQ(b.stdout_data.find("secret"), std::string::npos) << b.stdout_data;
   EXPECT_EQ(b.stdout_data.find("marlaas-"), std::string::npos) << b.stdout_data;
   EXPECT_EQ(b.stdout_data.find("sleep"), std::string::npos) << b.stdout_data;
-  EXPECT_NE(b.stdout_data.find("'proc 1'"), std::string::npos) << b.stdout_data;
+  EXPECT_EQ(b.stdout_data.find("sandbox_test"), std::string::npos) << b.stdout_data;
+  EXPECT_NE(b.stdout_data.find("'proc 2'"), std::string::npos) << b.stdout_data;
   EXPECT_EQ(b.stdout_data.find("'proc "), b.stdout_data.rfind("'proc ")) << b.stdout_data;
+  EXPECT_NE(b.stdout_data.find("] 2\n"), std::string::npos) << b.stdout_data;
   std::remove((state + "/tenant-secret").c_str());
   rmdir(state.c_str());
 }
