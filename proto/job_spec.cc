@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "base/file_util.h"
+#include "proto/strict_json.h"
 
 namespace marlaas {
 namespace {
@@ -274,6 +275,8 @@ void ApplyJobSpecDefaults(pb::JobSpec* s) {
 
 Result<pb::JobSpec> ParseJobSpecJson(const std::string& json) {
   pb::JobSpec spec;
+  if (Status strict = CheckStrictJson(json); !strict.ok())
+    return Status(strict.code(), "job spec " + strict.message());
   util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
   const auto st = util::JsonStringToMessage(json, &spec, options);

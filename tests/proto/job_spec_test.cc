@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "proto/strict_json.h"
+
 namespace marlaas {
 namespace {
 
@@ -94,6 +96,37 @@ TEST(JobSpecTest, BadNamesTasksAndTargetsAreRefused) {
 TEST(JobSpecTest, MalformedJsonIsRefused) {
   EXPECT_NE(ErrorOf(R"({"tenant": "a", "task": )").find("not valid JSON"), std::string::npos);
   EXPECT_FALSE(LoadJobSpecFile("/nonexistent/job.json").ok());
+}
+
+// What protobuf's JSON parser lets through without a word is refused, by position or by name: a
+// trailing comma, a comment, and a key given twice (the last "tenant" used to win).
+TEST(JobSpecTest, TrailingCommasCommentsAndDuplicateKeysAreRefused) {
+  EXPECT_NE(ErrorOf(R"({"tenant": "a", "task": "arithmetic",})")
+                .find("job spec is not valid JSON (line 1, column 38: syntax error while parsing "
+                      "object key"),
+            std::string::npos)
+      << ErrorOf(R"({"tenant": "a", "task": "arithmetic",})");
+  EXPECT_NE(ErrorOf("{\"tenant\": \"a\",\n \"task\": \"arithmetic\" // mine\n}")
+                .find("job spec is not valid JSON (line 2"),
+            std::string::npos);
+  EXPECT_EQ(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "tenant": "b"})"),
+            "job spec names key 'tenant' twice");
+  EXPECT_EQ(ErrorOf(R"({"tenant": "a", "task": "arithmetic",
+                        "sampling": {"temperature": 1, "temperature": 0.5}})"),
+            "job spec names key 'sampling.temperature' twice");
+  EXPECT_EQ(ErrorOf(R"({"tenant": "a", "task": "custom", "dataset": {"jsonl_path": "/d.jsonl"},
+                        "verifier": {"command": ["/bin/true"],
+                                     "files": {"a.py": "x", "b.py": "y", "a.py": "z"}}})"),
+            "job spec names key 'verifier.files.a.py' twice");
+  // The same key in different objects, and in the objects of an array, is no duplicate.
+  EXPECT_TRUE(CheckStrictJson(R"({"a": {"x": 1}, "b": {"x": 2}, "c": [{"x": 1}, {"x": 2}]})").ok());
+  EXPECT_EQ(CheckStrictJson(R"({"c": [{"x": 1}, {"x": 2, "x": 3}]})").message(),
+            "names key 'c[1].x' twice");
+  EXPECT_EQ(CheckStrictJson(R"([1, [2, {"k": 0, "k": 1}]])").message(),
+            "names key '[1][1].k' twice");
+  EXPECT_NE(CheckStrictJson(R"({"a": 1} x)").message().find("is not valid JSON (line 1, column 10"),
+            std::string::npos)
+      << CheckStrictJson(R"({"a": 1} x)").message();
 }
 
 // A custom verifier's script travels inside the job, read on the client with the user's rights;

@@ -1,0 +1,18 @@
+// Strict JSON for what users write by hand (job specs): RFC 8259 text — no trailing comma, no
+// comment, nothing after the value — in which no object names a key twice. Protobuf's JSON
+// parser takes a trailing comma and keeps the last of two equal keys without a word (or, for a
+// field of a oneof, says something about oneofs), so a job file that says
+// `"tenant": "a", ..., "tenant": "b"` would quietly train "b". Thread-safe.
+#pragma once
+
+#include <string>
+
+#include "base/status.h"
+
+namespace marlaas {
+
+// OK, or kInvalidArgument with a predicate for the caller's noun: "is not valid JSON (line L,
+// column C: <what the parser expected>)", or "names key 'a.b[2].c' twice" (the path from the top).
+Status CheckStrictJson(const std::string& text);
+
+}  // namespace marlaas
