@@ -59,7 +59,24 @@ class TensorSource {
     return Status::Ok();
   }
 
+  // The tensor as f32, checked: it is there, has `shape` and a floating-point dtype.
   Result<torch::Tensor> Get(const std::string& name, std::vector<int64_t> shape) const {
+    MARLAAS_ASSIGN_OR_RETURN(TensorView v, View(name, std::move(shape)));
+    return ToWeightTensor(v, /*allow_zero_copy=*/true, What(name));
+  }
+  // The same checks, without the conversion.
+  Status Check(const std::string& name, std::vector<int64_t> shape) const {
+    MARLAAS_ASSIGN_OR_RETURN(TensorView v, View(name, std::move(shape)));
+    return CheckWeightDType(v, What(name));
+  }
+  bool Has(const std::string& name) const { return where_.count(name) != 0; }
+  std::vector<std::shared_ptr<const SafetensorsFile>> files_;
+
+ private:
+  std::string What(const std::string& name) const {
+    return "tensor '" + name + "' in " + where_.at(name)->path();
+  }
+  Result<TensorView> View(const std::string& name, std::vector<int64_t> shape) const {
     auto it = where_.find(name);
     if (it == where_.end())
       return Status(StatusCode::kNotFound, "checkpoint has no tensor '" + name + "'");
@@ -71,13 +88,9 @@ class TensorSource {
       return Status(StatusCode::kInvalidArgument, "tensor '" + name + "' has shape [" + got +
                                                       "], config.json implies [" + want + "]");
     }
-    return ToWeightTensor(v, /*allow_zero_copy=*/true,
-                          "tensor '" + name + "' in " + it->second->path());
+    return v;
   }
-  bool Has(const std::string& name) const { return where_.count(name) != 0; }
-  std::vector<std::shared_ptr<const SafetensorsFile>> files_;
 
- private:
   std::map<std::string, const SafetensorsFile*> where_;
 };
 
@@ -131,6 +144,19 @@ Result<std::shared_ptr<const BaseWeights>> BaseWeights::Load(const std::string& 
       }));
   w->files = std::move(src.files_);
   return std::shared_ptr<const BaseWeights>(std::move(w));
+}
+
+Status BaseWeights::Check(const std::string& dir) {
+  MARLAAS_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::Load(dir));
+  TensorSource src;
+  MARLAAS_RETURN_IF_ERROR(src.Open(dir));
+  return FromLookup(
+             config,
+             [&](const std::string& name, std::vector<int64_t> shape) -> Result<torch::Tensor> {
+               MARLAAS_RETURN_IF_ERROR(src.Check(name, std::move(shape)));
+               return torch::Tensor();  // FromLookup only stores what it gets
+             })
+      .status();
 }
 
 std::shared_ptr<BaseWeights> BaseWeights::Random(const ModelConfig& c, uint64_t seed,

@@ -38,6 +38,9 @@ struct BaseWeights {
   std::shared_ptr<const void> storage;  // keeps a block the tensors view alive (packed weights)
 
   static Result<std::shared_ptr<const BaseWeights>> Load(const std::string& model_dir);
+  // What Load would refuse, found without converting a weight (only the files' headers are
+  // read): config.json, the files, and each tensor's presence, shape and dtype.
+  static Status Check(const std::string& model_dir);
   // The tensor named `name` (Hugging Face names, as NamedTensors gives them), which must have
   // `shape`; an error names the tensor.
   using Lookup =

@@ -54,19 +54,24 @@ Result<torch::Tensor> ToTensor(const TensorView& view, bool allow_zero_copy) {
   return src.to(want, /*non_blocking=*/false, /*copy=*/true);
 }
 
-Result<torch::Tensor> ToWeightTensor(const TensorView& view, bool allow_zero_copy,
-                                     const std::string& what) {
+Status CheckWeightDType(const TensorView& view, const std::string& what) {
   switch (view.dtype) {
     case DType::kF32:
     case DType::kF16:
     case DType::kBF16:
     case DType::kF64:
-      return ToTensor(view, allow_zero_copy);
+      return Status::Ok();
     default:
       return Status(StatusCode::kInvalidArgument,
                     what + " has dtype " + DTypeName(view.dtype) +
                         "; weights must be floating point (F32, F16, BF16 or F64)");
   }
+}
+
+Result<torch::Tensor> ToWeightTensor(const TensorView& view, bool allow_zero_copy,
+                                     const std::string& what) {
+  MARLAAS_RETURN_IF_ERROR(CheckWeightDType(view, what));
+  return ToTensor(view, allow_zero_copy);
 }
 
 Result<TensorView> ViewOf(const torch::Tensor& t) {

@@ -20,6 +20,8 @@ Result<torch::Tensor> ToTensor(const TensorView& view, bool allow_zero_copy);
 // the first forward or compute wrongly.
 Result<torch::Tensor> ToWeightTensor(const TensorView& view, bool allow_zero_copy,
                                      const std::string& what);
+// ToWeightTensor's dtype check alone (no conversion).
+Status CheckWeightDType(const TensorView& view, const std::string& what);
 // A view over a contiguous CPU tensor's memory (f32, bf16, f16, i64, i32 supported).
 Result<TensorView> ViewOf(const torch::Tensor& t);
 // Writes named tensors (made contiguous first) as one safetensors file.

@@ -4,7 +4,10 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "model/base_weights.h"
+#include "model/device.h"
 #include "model/pretrain.h"
+#include "model/tokenizer.h"
 #include "tasks/task.h"
 
 namespace marlaas::cli {
@@ -31,5 +34,13 @@ Result<std::string> EnsureTinyBase(const std::string& state_dir, double* seconds
   if (cached) *cached = r.cached;
   return o.out_dir;
 }
+
+Status CheckBaseModel(const std::string& model_dir) {
+  MARLAAS_RETURN_IF_ERROR(model::BaseWeights::Check(model_dir));
+  MARLAAS_ASSIGN_OR_RETURN(model::ModelConfig config, model::ModelConfig::Load(model_dir));
+  return model::LoadModelTokenizer(model_dir, config).status();
+}
+
+Status CheckDevice(const std::string& device) { return model::ParseDevice(device).status(); }
 
 }  // namespace marlaas::cli

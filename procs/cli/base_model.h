@@ -13,4 +13,10 @@ std::string DefaultStateDir();
 // Pretrains (or finds cached) the tiny base; returns its folder. Prints progress to stderr.
 Result<std::string> EnsureTinyBase(const std::string& state_dir, double* seconds, bool* cached);
 
+// What the stages would refuse about a base model folder (model::BaseWeights::Check and its
+// tokenizer.json), and about a device (model::ParseDevice: "cuda" with a CPU-only LibTorch),
+// found by serve before it starts them instead of after their restarts.
+Status CheckBaseModel(const std::string& model_dir);
+Status CheckDevice(const std::string& device);
+
 }  // namespace marlaas::cli

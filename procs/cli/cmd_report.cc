@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 
 #include "base/file_util.h"
 #include "procs/cli/base_model.h"
@@ -75,6 +76,18 @@ int RunReport(const std::vector<std::string>& argv) {
   }
   if (out.empty()) out = state_dir + "/reports/report-" + std::to_string(std::time(nullptr));
   std::error_code ec;
+  // A report replaces an earlier report's files, never someone else's: `--out .` in a project
+  // folder once overwrote its table.txt.
+  const std::set<std::string> ours = {"table.txt", "rewards.svg", "utilization.svg"};
+  for (const auto& e : fs::directory_iterator(out, ec)) {
+    if (ours.count(e.path().filename().string())) continue;
+    std::fprintf(stderr,
+                 "marlaas report: --out %s holds other files than a report's (%s): give a new "
+                 "or empty folder\n",
+                 out.c_str(), e.path().filename().c_str());
+    return 1;
+  }
+  ec.clear();  // a folder that does not exist yet is made here
   fs::create_directories(out, ec);
   if (ec) {
     std::fprintf(stderr, "marlaas report: creating %s: %s\n", out.c_str(), ec.message().c_str());

@@ -46,7 +46,9 @@ int RunServe(const std::vector<std::string>& argv) {
   TakeFlag(&args, "--model-dir", &o.service.stage.model_dir);
   TakeFlag(&args, "--instance", &o.service.stage.instance);
   TakeFlag(&args, "--device", &o.service.stage.device);
-  if (Status st = ParseDeviceName(o.service.stage.device).status(); !st.ok()) {
+  // A device the stages would refuse (a typo, or "cuda" with a CPU-only LibTorch) is refused
+  // here, before they start: not after their restarts.
+  if (Status st = CheckDevice(o.service.stage.device); !st.ok()) {
     std::fprintf(stderr, "marlaas serve: --device: %s\n", st.message().c_str());
     return 2;
   }
@@ -115,6 +117,11 @@ int RunServe(const std::vector<std::string>& argv) {
       return 1;
     }
     o.service.stage.model_dir = *dir;
+  }
+  // Likewise a base model they could not load.
+  if (Status st = CheckBaseModel(o.service.stage.model_dir); !st.ok()) {
+    std::fprintf(stderr, "marlaas serve: the base model: %s\n", st.message().c_str());
+    return 2;
   }
   // Without --memory-budget-mb, on the CPU: what this host can hold (on a GPU: none).
   if (budget_mb >= 0) {

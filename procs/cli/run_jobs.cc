@@ -22,6 +22,20 @@ Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
   MARLAAS_ASSIGN_OR_RETURN(std::unique_ptr<serve::Service> service,
                            serve::Service::Start(o.service));
   RunJobsReport report;
+  // With the control socket, every tenant a job admits gets a token of its own, as a submitted
+  // one does (tenants/<id>/token, for the user of that tenant alone); a resumed one keeps its own.
+  std::optional<serve::Tokens> tokens;
+  if (o.control_socket) {
+    MARLAAS_ASSIGN_OR_RETURN(serve::Tokens t, serve::Tokens::Open(o.service.stage.state_dir));
+    tokens.emplace(std::move(t));
+  }
+  auto give_token = [&](const std::string& tenant) {
+    const std::string file = pipeline::TenantDir(o.service.stage.state_dir, tenant) + "/token";
+    if (!tokens || std::filesystem::exists(file)) return;
+    if (auto t = tokens->Issue(tenant); !t.ok())
+      std::fprintf(stderr, "tenant %s has no token of its own (the admin token reaches it): %s\n",
+                   tenant.c_str(), t.status().ToString().c_str());
+  };
   std::vector<std::string> resumed;
   if (o.resume) {
     MARLAAS_ASSIGN_OR_RETURN(resumed, service->ResumeTenants());
@@ -56,6 +70,7 @@ Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
       continue;
     }
     if (!st.ok()) return st.Annotate("admitting tenant '" + job.tenant() + "'");
+    give_token(job.tenant());
   }
   // Tries the waiting jobs, in order, once a tenant has settled since the last try (or nothing
   // runs). One that no longer passes its checks (its dataset gone, its id taken by a submit), or
@@ -70,6 +85,7 @@ Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
       Status st = service->Admit(job);
       if (st.code() == StatusCode::kResourceExhausted && !idle) return;
       if (st.ok()) {
+        give_token(job.tenant());
         if (!o.quiet) std::printf("tenant %s admitted\n", job.tenant().c_str());
       } else {
         std::fprintf(stderr, "tenant %s refused: %s\n", job.tenant().c_str(),
@@ -87,13 +103,10 @@ Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
     for (const pb::JobSpec& job : waiting) std::fprintf(stderr, " %s", job.tenant().c_str());
     std::fprintf(stderr, "\n");
   };
-  std::optional<serve::Tokens> tokens;
   std::optional<serve::ControlServer> control;
   std::optional<serve::ControlHandler> handler;
   if (o.control_socket) {
     const std::string& dir = o.service.stage.state_dir;
-    MARLAAS_ASSIGN_OR_RETURN(serve::Tokens t, serve::Tokens::Open(dir));
-    tokens.emplace(std::move(t));
     MARLAAS_ASSIGN_OR_RETURN(serve::ControlServer s,
                              serve::ControlServer::Listen(dir + "/control.sock"));
     control.emplace(std::move(s));

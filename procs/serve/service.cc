@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +23,7 @@
 #include "procs/common/tenant_error.h"
 #include "procs/serve/admission.h"
 #include "procs/serve/stage_gpus.h"
+#include "procs/serve/state_dir_lock.h"
 #include "procs/serve/tenant_status.h"
 #include "proto/job_spec.h"
 #include "sandbox/run_cgroup.h"
@@ -106,18 +106,8 @@ Result<std::unique_ptr<Service>> Service::Start(const ServiceOptions& options) {
   fs::create_directories(options.stage.state_dir + "/logs", ec);
   if (ec)
     return Status(StatusCode::kIo, "creating " + options.stage.state_dir + ": " + ec.message());
-  // One service per state dir. Not close-on-exec: the stages hold it as long as they live.
-  const std::string lock_path = options.stage.state_dir + "/service.lock";
-  s->lock_fd_ = open(lock_path.c_str(), O_RDWR | O_CREAT, 0600);
-  if (s->lock_fd_ < 0) return ErrnoStatus("open " + lock_path, errno);
-  for (int i = 0; flock(s->lock_fd_, LOCK_EX | LOCK_NB) != 0; ++i) {
-    if (i == 200) {  // 20 s: a dead service's stages exit within a second or two of it
-      return Status(StatusCode::kAlreadyExists,
-                    "another service, or stage processes of a dead one, still use " +
-                        options.stage.state_dir + " (" + lock_path + " is locked)");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  // One service per state dir; the stages inherit the lock.
+  MARLAAS_ASSIGN_OR_RETURN(s->lock_fd_, AcquireStateDirLock(options.stage.state_dir));
   // Segments left by a dead earlier run of this instance, and what killed sandbox runs left.
   (void)RemoveStaleSegments(instance);
   sandbox::RemoveStaleRunCgroups();

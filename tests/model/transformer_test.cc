@@ -93,10 +93,14 @@ TEST(TransformerTest, F16CheckpointLoadsAsRoundedWeights) {
   ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
 }
 
+// BaseWeights::Check (what serve runs before it starts the stages) refuses each of them with
+// Load's own words, and passes what Load loads.
 TEST(TransformerTest, MissingOrMisshapenCheckpointsAreRefusedByName) {
+  EXPECT_TRUE(BaseWeights::Check(kData + "/llama").ok());
   auto none = BaseWeights::Load("/nonexistent");
   EXPECT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("/nonexistent"), std::string::npos);
+  EXPECT_EQ(BaseWeights::Check("/nonexistent").message(), none.status().message());
   // A config whose hidden size disagrees with the tensors: the tensor and both shapes are named.
   const std::string dir = "/tmp/marlaas_badcfg_" + std::to_string(getpid());
   ASSERT_EQ(
@@ -111,6 +115,20 @@ TEST(TransformerTest, MissingOrMisshapenCheckpointsAreRefusedByName) {
                 "gate_proj.weight' has shape [64,32], config.json implies [65,32]"),
             std::string::npos)
       << bad.status().message();
+  EXPECT_EQ(BaseWeights::Check(dir).message(), bad.status().message());
+  // A tensor missing from the checkpoint is named.
+  ASSERT_TRUE(
+      WriteFileAtomically(dir + "/config.json", *ReadFile(kData + "/llama/config.json")).ok());
+  auto tensors = *LoadTensors(kData + "/llama/model.safetensors");
+  tensors.erase("model.layers.1.post_attention_layernorm.weight");
+  ASSERT_TRUE(SaveTensors(dir + "/model.safetensors", tensors).ok());
+  auto missing = BaseWeights::Load(dir);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(
+      missing.status().message().find("no tensor 'model.layers.1.post_attention_layernorm.weight'"),
+      std::string::npos)
+      << missing.status().message();
+  EXPECT_EQ(BaseWeights::Check(dir).message(), missing.status().message());
   ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
 }
 
@@ -169,6 +187,9 @@ TEST(BaseWeightsTest, IntegerDtypeRefused) {
       v.bytes = bytes.size();
       ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors", views, {}).ok());
       auto loaded = BaseWeights::Load(dir);
+      const Status checked = BaseWeights::Check(dir);
+      EXPECT_EQ(checked.ok(), loaded.ok()) << name << " as " << DTypeName(dtype);
+      EXPECT_EQ(checked.message(), loaded.status().message());
       if (dtype == DType::kF64) {
         ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
         const auto got = (*loaded)->NamedTensors().at(name);

@@ -16,6 +16,7 @@
 #include "base/file_util.h"
 #include "base/host_memory.h"
 #include "bench/sim/measured_run.h"
+#include "procs/cli/base_model.h"
 #include "procs/cli/cli.h"
 #include "procs/cli/control_client.h"
 #include "procs/common/tenant_error.h"
@@ -551,6 +552,41 @@ TEST(CommandLineTest, ServeRefusesAnEditedJobForAnUnfinishedTenant) {
   EXPECT_FALSE(fs::exists(state + "/service.lock")) << "serve started";
 }
 
+// A base model the stages could not load and a device they could not use are refused before
+// anything starts, naming the problem (the stages used to start, fail and be restarted until
+// serve gave up, 10 to 23 s later).
+TEST(CommandLineTest, ServeRefusesAMissingModelOrAnUnusableDeviceBeforeStarting) {
+  const testing::ScopedTempDir tmp("serve-model");
+  const std::string state = tmp.path() + "/state", model = tmp.path() + "/model";
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli::RunServe({"--state-dir", state, "--model-dir", model}), 2);
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("marlaas serve: the base model: "), std::string::npos) << err;
+  EXPECT_NE(err.find(model + "/config.json"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(state + "/service.lock")) << "serve started";
+  // A folder with a config.json but no weights.
+  fs::create_directories(model);
+  fs::copy_file(std::string(MARLAAS_SOURCE_DIR) + "/tests/data/llama/config.json",
+                model + "/config.json");
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli::RunServe({"--state-dir", state, "--model-dir", model}), 2);
+  err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find(model + " has neither model.safetensors nor model.safetensors.index.json"),
+            std::string::npos)
+      << err;
+  EXPECT_FALSE(fs::exists(state + "/service.lock")) << "serve started";
+  // "cuda" where this LibTorch has no CUDA (with one, the model above is what is refused).
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli::RunServe({"--state-dir", state, "--model-dir", model, "--device", "cuda"}), 2);
+  err = ::testing::internal::GetCapturedStderr();
+  if (!cli::CheckDevice("cuda").ok()) {
+    EXPECT_NE(err.find("marlaas serve: --device: device 'cuda': this LibTorch cannot run on CUDA"),
+              std::string::npos)
+        << err;
+  }
+  EXPECT_FALSE(fs::exists(state + "/service.lock")) << "serve started";
+}
+
 // `report` on a state dir whose files were damaged by hand: mistyped fields are left out of the
 // plots and the first such line is named; nothing aborts (a string step, a null reward, a number
 // where an object belongs, and a numeric task once killed it with an uncaught exception).
@@ -586,6 +622,25 @@ TEST(ReportTest, MistypedFieldsInTheStateDirAreLeftOutAndNamed) {
   EXPECT_NE(table->find("     2    0.250    0.500"), std::string::npos) << *table;
   auto svg = ReadFile(out + "/utilization.svg");
   ASSERT_TRUE(svg.ok());
+  // Again into the same folder: its own files are replaced. Into a folder of other files: refused,
+  // naming one, and nothing there is touched.
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli::RunReport({"--state-dir", tmp.path(), "--out", out}), 0);
+  (void)::testing::internal::GetCapturedStdout();
+  (void)::testing::internal::GetCapturedStderr();
+  const std::string project = tmp.path() + "/project";
+  fs::create_directories(project);
+  ASSERT_TRUE(WriteFileAtomically(project + "/table.txt", "mine").ok());
+  ASSERT_TRUE(WriteFileAtomically(project + "/notes.md", "mine").ok());
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli::RunReport({"--state-dir", tmp.path(), "--out", project}), 1);
+  const std::string refused = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(refused.find("--out " + project + " holds other files than a report's (notes.md)"),
+            std::string::npos)
+      << refused;
+  EXPECT_EQ(*ReadFile(project + "/table.txt"), "mine");
+  EXPECT_FALSE(fs::exists(project + "/rewards.svg"));
 }
 
 // A bench's lists and its output file are checked before the first run (an hour of runs is not

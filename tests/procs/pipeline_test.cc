@@ -454,6 +454,15 @@ TEST_F(PipelineTest, ServeExitsNonZeroAndNamesTheTenantsThatFailed) {
   EXPECT_NE(err.find("failed tenants: broken (reasons: marlaas status"), std::string::npos) << err;
   EXPECT_TRUE(fs::exists(TenantDir("good") + "/state"));
   EXPECT_EQ(ReadAll(TenantDir("good") + "/state").rfind("finished", 0), 0u);
+  // Each tenant a job admitted got a token of its own, as a submitted one does.
+  for (const char* id : {"good", "broken"}) {
+    const std::string token = ReadAll(TenantDir(id) + "/token");
+    EXPECT_EQ(token.size(), 33u) << id;  // 32 hex digits and a newline
+    EXPECT_NE(token, ReadAll(state_dir_ + "/admin.token")) << id;
+    EXPECT_EQ(fs::status(TenantDir(id) + "/token").permissions() & fs::perms::all,
+              fs::perms::owner_read | fs::perms::owner_write)
+        << id;
+  }
 }
 
 // A newest checkpoint that is found bad when the trainer restarts: the trainer resumes from the
