@@ -275,7 +275,7 @@ void ApplyJobSpecDefaults(pb::JobSpec* s) {
 
 Result<pb::JobSpec> ParseJobSpecJson(const std::string& json) {
   pb::JobSpec spec;
-  if (Status strict = CheckStrictJson(json); !strict.ok())
+  if (Status strict = CheckStrictJson(json, pb::JobSpec::descriptor()); !strict.ok())
     return Status(strict.code(), "job spec " + strict.message());
   util::JsonParseOptions options;
   options.ignore_unknown_fields = false;

@@ -1,36 +1,67 @@
 #include "proto/strict_json.h"
 
+#include <map>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <vector>
 
 namespace marlaas {
 namespace {
 
 using json = nlohmann::json;
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
 
-// Walks the parse, keeping where it is (for naming a key) and the keys of each open object.
+// What a JSON value is read as: a message (its fields have two names), a map (keys as written,
+// values of `value_message` when those are messages), or anything else.
+struct Shape {
+  const Descriptor* message = nullptr;
+  bool map = false;
+  const Descriptor* value_message = nullptr;
+};
+
+// The shape of the value of `field` (a repeated field's: of each element).
+Shape ShapeOf(const FieldDescriptor* field) {
+  if (field == nullptr || field->message_type() == nullptr) return {};
+  if (!field->is_map()) return {field->message_type(), false, nullptr};
+  const FieldDescriptor* value = field->message_type()->map_value();
+  return {nullptr, true, value ? value->message_type() : nullptr};
+}
+
+const FieldDescriptor* FieldNamed(const Descriptor* m, const std::string& key) {
+  if (const FieldDescriptor* f = m->FindFieldByName(key)) return f;
+  for (int i = 0; i < m->field_count(); ++i)
+    if (m->field(i)->json_name() == key) return m->field(i);
+  return nullptr;
+}
+
+// Walks the parse, keeping where it is (to name a key) and the keys of each open object.
 class DuplicateKeyFinder : public nlohmann::json_sax<json> {
  public:
+  explicit DuplicateKeyFinder(const Descriptor* root) { next_.message = root; }
   std::string error;  // the first problem found
 
-  bool null() override { return Value(); }
-  bool boolean(bool) override { return Value(); }
-  bool number_integer(number_integer_t) override { return Value(); }
-  bool number_unsigned(number_unsigned_t) override { return Value(); }
-  bool number_float(number_float_t, const string_t&) override { return Value(); }
-  bool string(string_t&) override { return Value(); }
-  bool binary(binary_t&) override { return Value(); }
+  bool null() override { return Scalar(); }
+  bool boolean(bool) override { return Scalar(); }
+  bool number_integer(number_integer_t) override { return Scalar(); }
+  bool number_unsigned(number_unsigned_t) override { return Scalar(); }
+  bool number_float(number_float_t, const string_t&) override { return Scalar(); }
+  bool string(string_t&) override { return Scalar(); }
+  bool binary(binary_t&) override { return Scalar(); }
   bool start_object(std::size_t) override {
-    Value();
-    open_.push_back(Frame{true, {}, "", 0});
+    const Shape shape = Value();
+    open_.push_back(Frame{true, shape, {}, "", 0});
     return true;
   }
   bool key(string_t& k) override {
     Frame& f = open_.back();
     f.key = k;
-    if (!f.keys.insert(k).second) {
-      error = "names key '" + Path() + "' twice";
+    const FieldDescriptor* field = f.shape.message ? FieldNamed(f.shape.message, k) : nullptr;
+    next_ = field ? ShapeOf(field) : Shape{f.shape.value_message, false, nullptr};
+    const std::string name = field ? field->name() : k;  // one name per field
+    const auto [at, added] = f.keys.emplace(name, k);
+    if (!added) {
+      error = "names key '" + Path() + "' twice" +
+              (at->second == k ? std::string() : " (as '" + at->second + "' and '" + k + "')");
       return false;  // stops the parse
     }
     return true;
@@ -40,8 +71,8 @@ class DuplicateKeyFinder : public nlohmann::json_sax<json> {
     return true;
   }
   bool start_array(std::size_t) override {
-    Value();
-    open_.push_back(Frame{false, {}, "", -1});
+    const Shape shape = Value();
+    open_.push_back(Frame{false, shape, {}, "", -1});
     return true;
   }
   bool end_array() override {
@@ -50,7 +81,7 @@ class DuplicateKeyFinder : public nlohmann::json_sax<json> {
   }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
     // "[json.exception.parse_error.101] parse error at line 1, column 9: syntax error ..."
-    std::string what = e.what();
+    const std::string what = e.what();
     const std::string at = "parse error at ";
     const size_t p = what.find(at);
     error =
@@ -61,14 +92,21 @@ class DuplicateKeyFinder : public nlohmann::json_sax<json> {
  private:
   struct Frame {
     bool object;
-    std::set<std::string> keys;
-    std::string key;  // objects: the current member's
-    long index;       // arrays: the current element's
+    Shape shape;                              // objects: their own; arrays: their elements'
+    std::map<std::string, std::string> keys;  // by field name: the key as first written
+    std::string key;                          // objects: the current member's
+    long index;                               // arrays: the current element's
   };
-  // A value starts: in an array, it is the next element.
-  bool Value() {
-    if (!open_.empty() && !open_.back().object) ++open_.back().index;
+  bool Scalar() {
+    (void)Value();
     return true;
+  }
+  // A value starts: its shape (an array's elements share the array's); in an array, it is the
+  // next element.
+  Shape Value() {
+    if (open_.empty() || open_.back().object) return next_;
+    ++open_.back().index;
+    return open_.back().shape;
   }
   std::string Path() const {
     std::string p;
@@ -82,12 +120,13 @@ class DuplicateKeyFinder : public nlohmann::json_sax<json> {
     return p;
   }
   std::vector<Frame> open_;
+  Shape next_;  // the shape of the value that follows the last key (or of the top value)
 };
 
 }  // namespace
 
-Status CheckStrictJson(const std::string& text) {
-  DuplicateKeyFinder finder;
+Status CheckStrictJson(const std::string& text, const Descriptor* message) {
+  DuplicateKeyFinder finder(message);
   const bool ok = json::sax_parse(text, &finder);
   if (ok) return Status::Ok();
   return Status(StatusCode::kInvalidArgument,

@@ -5,6 +5,8 @@
 // `"tenant": "a", ..., "tenant": "b"` would quietly train "b". Thread-safe.
 #pragma once
 
+#include <google/protobuf/descriptor.h>
+
 #include <string>
 
 #include "base/status.h"
@@ -12,7 +14,11 @@
 namespace marlaas {
 
 // OK, or kInvalidArgument with a predicate for the caller's noun: "is not valid JSON (line L,
-// column C: <what the parser expected>)", or "names key 'a.b[2].c' twice" (the path from the top).
-Status CheckStrictJson(const std::string& text);
+// column C: <what the parser expected>)", or "names key 'a.b[2].c' twice" (the path from the
+// top). With `message`, the text is read as that message's JSON: a field named by both of its
+// names (`max_steps` and `maxSteps`, which protobuf merges) is named twice too; a map's keys
+// and unknown fields are compared as written.
+Status CheckStrictJson(const std::string& text,
+                       const google::protobuf::Descriptor* message = nullptr);
 
 }  // namespace marlaas

@@ -161,7 +161,11 @@ bool DecodeRequest(int fd, SandboxRequest* req) {
 // (which has none) can neither trace it nor, with hidepid, see it in /proc.
 [[noreturn]] void RunInit(pid_t program, int status_fd, int in_fd, int out_fd, int err_fd) {
   for (int fd : {in_fd, out_fd, err_fd}) ::close(fd);  // the parent's EOFs are the program's
-  ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  // The handlers of the process the sandbox was forked from (a stage's SIGTERM handler) would
+  // run here at the program's kill(1, ...): with none, the kernel drops what the namespace sends.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) (void)::sigaction(sig, &dfl, nullptr);
   for (;;) {
     int wstatus = 0;
     const pid_t reaped = ::waitpid(-1, &wstatus, 0);
@@ -265,9 +269,16 @@ bool DecodeRequest(int fd, SandboxRequest* req) {
   argv.push_back(nullptr);
   const SeccompProgram& seccomp = DenyListProgram();  // compiled before the first fork
   if (!req.as_pid1) {
+    // Not traceable from the first instant (the program's execve makes it dumpable again).
+    ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     const pid_t program = ::fork();
     if (program < 0) Fail(status_fd, "fork the program");
-    if (program > 0) RunInit(program, status_fd, in_fd, out_fd, err_fd);
+    if (program > 0) {
+      // The request's files, decoded on this heap (charged to the run's cgroup, like their copy
+      // in /work), would stay for the whole run: freed (this process has no RLIMIT_AS).
+      { const SandboxRequest spent = std::move(req); }
+      RunInit(program, status_fd, in_fd, out_fd, err_fd);
+    }
   }
   // From here on nothing may allocate: RLIMIT_AS counts the address space this process inherited
   // (gigabytes in a LibTorch process), so a small limit fails every malloc until execve.
@@ -308,6 +319,10 @@ bool DecodeRequest(int fd, SandboxRequest* req) {
   dfl.sa_handler = SIG_DFL;
   if (::sigaction(SIGPIPE, &dfl, nullptr) != 0) Fail(status_fd, "reset SIGPIPE");
   if (::sigaction(SIGHUP, &dfl, nullptr) != 0) Fail(status_fd, "reset SIGHUP");
+  // Nor may a signal the creating thread blocked stay blocked in the program.
+  sigset_t none;
+  sigemptyset(&none);
+  if (::sigprocmask(SIG_SETMASK, &none, nullptr) != 0) Fail(status_fd, "unblock signals");
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) Fail(status_fd, "no_new_privs");
   if (!seccomp.error.empty()) {
     errno = EPERM;

@@ -35,7 +35,8 @@ namespace marlaas::sandbox {
 struct StatusMessage {
   enum Kind : int32_t {
     kProgramPid = 1,   // value: the run's PID 1 (as seen by the parent): the init or the program
-    kWaitStatus = 2,   // value: the program's wait status; the first one sent is the program's
+    kWaitStatus = 2,   // value: a wait status: the first is the program's, unless the init
+                       // was killed before it could report (then the init's, from the helper)
     kSetupError = 3,   // value: errno; text: what failed
     kAboutToExec = 4,  // the request was applied; execve follows
   };

@@ -3,11 +3,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 
+#include "base/device_name.h"
 #include "model/base_weights.h"
 #include "model/device.h"
 #include "model/pretrain.h"
 #include "model/tokenizer.h"
+#include "procs/serve/stage_gpus.h"
 #include "tasks/task.h"
 
 namespace marlaas::cli {
@@ -41,6 +44,16 @@ Status CheckBaseModel(const std::string& model_dir) {
   return model::LoadModelTokenizer(model_dir, config).status();
 }
 
-Status CheckDevice(const std::string& device) { return model::ParseDevice(device).status(); }
+Status CheckDevice(const std::string& device) {
+  MARLAAS_ASSIGN_OR_RETURN(const int index, ParseDeviceName(device.empty() ? "cpu" : device));
+  if (index < 0) return Status::Ok();
+  // A model stage given its own GPU list sees other devices than serve: that is its to check.
+  for (const char* role : {"rollout", "trainer"}) {
+    MARLAAS_ASSIGN_OR_RETURN(const std::optional<std::string> own,
+                             serve::StageVisibleDevices(role));
+    if (own) return Status::Ok();
+  }
+  return model::ParseDevice(device).status();
+}
 
 }  // namespace marlaas::cli

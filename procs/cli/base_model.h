@@ -14,8 +14,10 @@ std::string DefaultStateDir();
 Result<std::string> EnsureTinyBase(const std::string& state_dir, double* seconds, bool* cached);
 
 // What the stages would refuse about a base model folder (model::BaseWeights::Check and its
-// tokenizer.json), and about a device (model::ParseDevice: "cuda" with a CPU-only LibTorch),
-// found by serve before it starts them instead of after their restarts.
+// tokenizer.json), and about a device (model::ParseDevice: "cuda" with a CPU-only LibTorch, or
+// an index past the GPUs serve sees; not checked against GPUs when a model stage is given its own
+// list, MARLAAS_<ROLE>_GPUS, which serve does not see), found by serve before it starts them
+// instead of after their restarts.
 Status CheckBaseModel(const std::string& model_dir);
 Status CheckDevice(const std::string& device);
 

@@ -6,7 +6,6 @@
 //   marlaas logs TENANT [--lines N]
 // Every one takes --state-dir DIR (where the socket is) and --token TOKEN (default: the admin
 // token when readable). Exit codes: 0 done, 1 refused or failed (the reason on stderr), 2 usage.
-#include <google/protobuf/util/json_util.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -86,12 +85,7 @@ int RunStatus(const std::vector<std::string>& argv) {
   auto reply = Call("status", c, std::move(req));
   if (!reply) return 1;
   if (as_json) {
-    std::string out;
-    google::protobuf::util::JsonPrintOptions o;
-    o.preserve_proto_field_names = true;
-    o.always_print_primitive_fields = true;
-    (void)google::protobuf::util::MessageToJsonString(reply->status(), &out, o);
-    std::printf("%s\n", out.c_str());
+    std::printf("%s\n", StatusReplyJson(reply->status()).c_str());
     return 0;
   }
   std::printf("%-20s %-17s %-9s %6s %7s %5s  %s\n", "tenant", "task", "state", "step", "reward",

@@ -8,7 +8,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <set>
 
 #include "base/file_util.h"
 #include "procs/cli/base_model.h"
@@ -76,21 +75,31 @@ int RunReport(const std::vector<std::string>& argv) {
   }
   if (out.empty()) out = state_dir + "/reports/report-" + std::to_string(std::time(nullptr));
   std::error_code ec;
-  // A report replaces an earlier report's files, never someone else's: `--out .` in a project
-  // folder once overwrote its table.txt.
-  const std::set<std::string> ours = {"table.txt", "rewards.svg", "utilization.svg"};
-  for (const auto& e : fs::directory_iterator(out, ec)) {
-    if (ours.count(e.path().filename().string())) continue;
-    std::fprintf(stderr,
-                 "marlaas report: --out %s holds other files than a report's (%s): give a new "
-                 "or empty folder\n",
-                 out.c_str(), e.path().filename().c_str());
-    return 1;
+  // A report replaces an earlier report (marked by a file of its own), never someone else's
+  // files: `--out .` in a project folder once overwrote its table.txt.
+  const std::string marker = out + "/.marlaas-report";
+  if (fs::exists(out, ec)) {
+    const bool empty = fs::is_empty(out, ec);
+    if (ec) {
+      std::fprintf(stderr, "marlaas report: --out %s: %s\n", out.c_str(), ec.message().c_str());
+      return 1;
+    }
+    if (!empty && !fs::exists(marker, ec)) {
+      std::fprintf(stderr,
+                   "marlaas report: --out %s holds files that are not an earlier report's: give a "
+                   "new or empty folder\n",
+                   out.c_str());
+      return 1;
+    }
   }
-  ec.clear();  // a folder that does not exist yet is made here
+  ec.clear();
   fs::create_directories(out, ec);
   if (ec) {
     std::fprintf(stderr, "marlaas report: creating %s: %s\n", out.c_str(), ec.message().c_str());
+    return 1;
+  }
+  if (Status st = WriteFileAtomically(marker, "written by marlaas report\n"); !st.ok()) {
+    std::fprintf(stderr, "marlaas report: %s\n", st.ToString().c_str());
     return 1;
   }
   std::vector<std::string> ids;

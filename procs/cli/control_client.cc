@@ -1,5 +1,6 @@
 #include "procs/cli/control_client.h"
 
+#include <google/protobuf/util/json_util.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -61,6 +62,15 @@ Result<pb::ControlReply> CallService(const std::string& state_dir, pb::ControlRe
   if (!reply.ParseFromString(*frame))
     return Status(StatusCode::kCorrupt, "the service's reply is not a ControlReply");
   return reply;
+}
+
+std::string StatusReplyJson(const pb::StatusReply& reply) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  o.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(reply, &out, o);
+  return out;
 }
 
 }  // namespace marlaas::cli

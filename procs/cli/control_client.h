@@ -15,6 +15,10 @@ namespace marlaas::cli {
 Result<pb::ControlReply> CallService(const std::string& state_dir, pb::ControlRequest request,
                                      int timeout_ms = 30000);
 
+// `status --json`: the reply as JSON with the proto's field names, every field present, numbers
+// as JSON numbers.
+std::string StatusReplyJson(const pb::StatusReply& reply);
+
 // --token, else the readable admin token, else "".
 std::string ResolveToken(const std::string& state_dir, const std::string& flag);
 

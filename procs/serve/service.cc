@@ -628,6 +628,7 @@ pid_t Service::StagePid(const std::string& name) const {
 void Service::Stop(int grace_ms) {
   if (stopped_) return;
   stopped_ = true;
+  MarkStateDirLockStopping(lock_fd_);  // a serve started now waits for us instead of refusing
   for (Stage& s : stages_)
     if (s.pid > 0) kill(s.pid, SIGTERM);
   const int64_t until = NowMs() + grace_ms;

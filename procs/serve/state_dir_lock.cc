@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "base/process.h"
@@ -14,52 +15,68 @@
 namespace marlaas::serve {
 namespace {
 
-// The holder the file names, or an empty identity.
-ProcessIdentity Holder(int fd) {
-  char text[64] = {};
+struct Holder {
+  ProcessIdentity id;  // empty: the file names nobody
+  bool stopping = false;
+};
+
+Holder ReadHolder(int fd) {
+  char text[96] = {}, word[16] = {};
   const ssize_t n = ::pread(fd, text, sizeof(text) - 1, 0);
   int pid = 0;
   uint32_t ticks = 0;
-  if (n <= 0 || std::sscanf(text, "%d %" SCNu32, &pid, &ticks) != 2 || pid <= 0) return {};
-  return ProcessIdentity{pid_t(pid), ticks};
+  const int fields = n > 0 ? std::sscanf(text, "%d %" SCNu32 " %15s", &pid, &ticks, word) : 0;
+  if (fields < 2 || pid <= 0) return {};
+  return {ProcessIdentity{pid_t(pid), ticks}, fields == 3 && std::strcmp(word, "stopping") == 0};
+}
+
+bool WriteHolder(int fd, bool stopping) {
+  const ProcessIdentity self = SelfIdentity();
+  char text[96];
+  const int len = std::snprintf(text, sizeof(text), "%d %" PRIu32 "%s\n", int(self.pid),
+                                self.start_ticks, stopping ? " stopping" : "");
+  return ::ftruncate(fd, 0) == 0 && ::pwrite(fd, text, size_t(len), 0) == len;
 }
 
 }  // namespace
 
-Result<int> AcquireStateDirLock(const std::string& state_dir, int wait_ms) {
+Result<int> AcquireStateDirLock(const std::string& state_dir, int wait_ms, int live_grace_ms) {
   const std::string path = state_dir + "/service.lock";
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT, 0600);  // inherited by the stages
   if (fd < 0) return ErrnoStatus("open " + path, errno);
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto give_up = t0 + std::chrono::milliseconds(wait_ms);
+  const auto grace_over = t0 + std::chrono::milliseconds(live_grace_ms);
   while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const ProcessIdentity holder = Holder(fd);
-    if (holder.pid != ::getpid() && IsAlive(holder)) {
+    const Holder holder = ReadHolder(fd);
+    const bool other_alive = holder.id.pid != ::getpid() && IsAlive(holder.id);
+    const auto now = std::chrono::steady_clock::now();
+    if (other_alive && !holder.stopping && now >= grace_over) {
       ::close(fd);
       return Status(StatusCode::kAlreadyExists,
-                    "another service (pid " + std::to_string(holder.pid) + ") serves " + state_dir +
-                        ": stop it first, or give this one another --state-dir");
+                    "another service (pid " + std::to_string(holder.id.pid) + ") serves " +
+                        state_dir + ": stop it first, or give this one another --state-dir");
     }
-    if (std::chrono::steady_clock::now() >= give_up) {
+    if (now >= give_up) {
       ::close(fd);
+      const std::string who =
+          other_alive ? "another service (pid " + std::to_string(holder.id.pid) + "), stopping,"
+                      : "the stage processes of an earlier service";
       return Status(StatusCode::kAlreadyExists,
-                    "the stage processes of an earlier service still use " + state_dir + " (" +
-                        path + " is locked" +
-                        (holder.empty() ? std::string()
-                                        : ", by stages of pid " + std::to_string(holder.pid)) +
-                        ")");
+                    who + " still use " + state_dir + " (" + path + " is locked)");
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  const ProcessIdentity self = SelfIdentity();
-  char text[64];
-  const int len =
-      std::snprintf(text, sizeof(text), "%d %" PRIu32 "\n", int(self.pid), self.start_ticks);
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, text, size_t(len), 0) != len) {
+  if (!WriteHolder(fd, /*stopping=*/false)) {
     const int e = errno;
     ::close(fd);
     return ErrnoStatus("write " + path, e);
   }
   return fd;
+}
+
+void MarkStateDirLockStopping(int fd) {
+  if (fd >= 0) (void)WriteHolder(fd, /*stopping=*/true);
 }
 
 }  // namespace marlaas::serve

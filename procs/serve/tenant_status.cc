@@ -28,7 +28,7 @@ pb::TenantStatus TenantStatusOf(const TenantView& v) {
   s.set_id(v.record.id);
   s.set_task(v.record.task);
   s.set_state(TenantStateName(v.record.state));
-  s.set_step(v.trainer.steps);
+  s.set_step(uint32_t(std::min<uint64_t>(v.trainer.steps, UINT32_MAX)));
   s.set_reward_mean(v.trainer.last_reward_mean);
   const TenantMetrics& r = v.verifier;
   if (r.reward_count > 0) {
@@ -42,7 +42,7 @@ pb::TenantStatus TenantStatusOf(const TenantView& v) {
   s.set_staleness(staleness);
   const uint64_t judged = v.verifier.groups + v.verifier.verifier_errors;
   s.set_verifier_error_rate(judged ? double(v.verifier.verifier_errors) / double(judged) : 0.0);
-  s.set_adapter_version(v.trainer.adapter_version);
+  s.set_adapter_version(uint32_t(std::min<uint64_t>(v.trainer.adapter_version, UINT32_MAX)));
   // Tokens per second over the tenant's life: up to now, or up to when it settled.
   const int64_t end_ms = v.record.settled_unix_ms > 0
                              ? v.record.settled_unix_ms

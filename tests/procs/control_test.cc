@@ -365,6 +365,33 @@ TEST(SettledStatusTest, SettledTenantsAreReadBackFromTheStateDir) {
 // A reason quoting a verifier's stderr, or cut at a byte limit inside a character, is not valid
 // UTF-8; protobuf refuses to parse a `string` field that is not, so one such tenant made every
 // `status` reply unreadable. The reply carries it with U+FFFD instead.
+// `status --json` is for scripts: counters are JSON numbers (proto3 JSON writes 64-bit ones as
+// strings, and jq's "12" > 10 is true whatever the step). A status.json that an earlier build
+// wrote with strings still reads back.
+TEST(SettledStatusTest, StatusJsonGivesCountersAsNumbersAndOldFilesStillRead) {
+  pb::StatusReply reply;
+  pb::TenantStatus* t = reply.add_tenants();
+  t->set_id("a");
+  t->set_step(12);
+  t->set_adapter_version(7);
+  const nlohmann::json j = nlohmann::json::parse(cli::StatusReplyJson(reply));
+  ASSERT_TRUE(j["tenants"][0]["step"].is_number_unsigned()) << j.dump();
+  EXPECT_EQ(j["tenants"][0]["step"].get<int>(), 12);
+  ASSERT_TRUE(j["tenants"][0]["adapter_version"].is_number_unsigned()) << j.dump();
+  EXPECT_EQ(j["tenants"][0]["adapter_version"].get<int>(), 7);
+  EXPECT_TRUE(j["tenants"][0]["reward_mean"].is_number()) << j.dump();  // present when 0 too
+  const testing::ScopedTempDir tmp("settled-old");
+  fs::create_directories(tmp.path() + "/tenants/old");
+  std::ofstream(tmp.path() + "/tenants/old/state") << "finished\n";
+  std::ofstream(tmp.path() + "/tenants/old/status.json")
+      << R"({"id": "old", "task": "arithmetic", "state": "finished", "step": "40",)"
+      << R"( "adapter_version": "41"})";
+  const auto old = SettledTenantsOnDisk(tmp.path(), {});
+  ASSERT_EQ(old.size(), 1u);
+  EXPECT_EQ(old[0].step(), 40u);
+  EXPECT_EQ(old[0].adapter_version(), 41u);
+}
+
 TEST(SettledStatusTest, AReasonThatIsNotUtf8StillGivesAReadableReply) {
   TenantView v{};
   std::snprintf(v.record.id, sizeof(v.record.id), "utf");
@@ -585,6 +612,13 @@ TEST(CommandLineTest, ServeRefusesAMissingModelOrAnUnusableDeviceBeforeStarting)
         << err;
   }
   EXPECT_FALSE(fs::exists(state + "/service.lock")) << "serve started";
+  // A model stage with a GPU list of its own sees other GPUs than serve: left to the stage. A
+  // name that is no device at all is refused whatever the lists.
+  ASSERT_EQ(::setenv("MARLAAS_TRAINER_GPUS", "1", 1), 0);
+  EXPECT_TRUE(cli::CheckDevice("cuda:0").ok());
+  EXPECT_FALSE(cli::CheckDevice("cdua").ok());
+  ASSERT_EQ(::unsetenv("MARLAAS_TRAINER_GPUS"), 0);
+  EXPECT_TRUE(cli::CheckDevice("cpu").ok());
 }
 
 // `report` on a state dir whose files were damaged by hand: mistyped fields are left out of the
@@ -622,8 +656,8 @@ TEST(ReportTest, MistypedFieldsInTheStateDirAreLeftOutAndNamed) {
   EXPECT_NE(table->find("     2    0.250    0.500"), std::string::npos) << *table;
   auto svg = ReadFile(out + "/utilization.svg");
   ASSERT_TRUE(svg.ok());
-  // Again into the same folder: its own files are replaced. Into a folder of other files: refused,
-  // naming one, and nothing there is touched.
+  // Again into the same folder: its own files are replaced. Into a folder of other files (even
+  // one named like a report's): refused, and nothing there is touched.
   ::testing::internal::CaptureStdout();
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(cli::RunReport({"--state-dir", tmp.path(), "--out", out}), 0);
@@ -632,11 +666,10 @@ TEST(ReportTest, MistypedFieldsInTheStateDirAreLeftOutAndNamed) {
   const std::string project = tmp.path() + "/project";
   fs::create_directories(project);
   ASSERT_TRUE(WriteFileAtomically(project + "/table.txt", "mine").ok());
-  ASSERT_TRUE(WriteFileAtomically(project + "/notes.md", "mine").ok());
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(cli::RunReport({"--state-dir", tmp.path(), "--out", project}), 1);
   const std::string refused = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(refused.find("--out " + project + " holds other files than a report's (notes.md)"),
+  EXPECT_NE(refused.find("--out " + project + " holds files that are not an earlier report's"),
             std::string::npos)
       << refused;
   EXPECT_EQ(*ReadFile(project + "/table.txt"), "mine");

@@ -118,6 +118,19 @@ TEST(JobSpecTest, TrailingCommasCommentsAndDuplicateKeysAreRefused) {
                         "verifier": {"command": ["/bin/true"],
                                      "files": {"a.py": "x", "b.py": "y", "a.py": "z"}}})"),
             "job spec names key 'verifier.files.a.py' twice");
+  // Protobuf takes a field by either of its names, and merges the two: one field named twice.
+  EXPECT_EQ(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "max_steps": 5, "maxSteps": 9})"),
+            "job spec names key 'maxSteps' twice (as 'max_steps' and 'maxSteps')");
+  EXPECT_EQ(ErrorOf(R"({"tenant": "a", "task": "arithmetic",
+                        "sampling": {"maxNewTokens": 8, "max_new_tokens": 9}})"),
+            "job spec names key 'sampling.max_new_tokens' twice (as 'maxNewTokens' and "
+            "'max_new_tokens')");
+  // A map's keys are the user's: two that would be one field's names are two files.
+  auto files = ParseJobSpecJson(R"({"tenant": "a", "task": "custom",
+      "dataset": {"jsonl_path": "/d.jsonl"},
+      "verifier": {"command": ["/bin/true"], "files": {"a_b": "eA==", "aB": "eQ=="}}})");
+  ASSERT_TRUE(files.ok()) << files.status().ToString();
+  EXPECT_EQ(files->verifier().files().size(), 2u);
   // The same key in different objects, and in the objects of an array, is no duplicate.
   EXPECT_TRUE(CheckStrictJson(R"({"a": {"x": 1}, "b": {"x": 2}, "c": [{"x": 1}, {"x": 2}]})").ok());
   EXPECT_EQ(CheckStrictJson(R"({"c": [{"x": 1}, {"x": 2, "x": 3}]})").message(),
