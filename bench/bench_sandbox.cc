@@ -6,7 +6,8 @@
 // full_prepared is full isolation with sandboxes prepared ahead (sandbox_pool.h, one ready per
 // worker). Then the pool question: how much of a run is sandbox set-up (fork, namespaces, cgroup
 // join, mounts, pivot_root — everything before execve), with and without the per-run cgroup, and
-// what preparing ahead changes in latency and throughput, measured side by side.
+// what preparing ahead changes in latency and throughput, measured side by side; and what the
+// run's init costs (the program as PID 2, against as_pid1).
 //
 // Last, candidates verified together (sandbox/python_tests_verifier.h: one sandbox and one
 // interpreter start per call, one forked process per candidate): CPU time per candidate (the
@@ -84,7 +85,7 @@ std::vector<std::string> Bwrap(const std::vector<std::string>& argv) {
 // One run of `workload` under `isolation`; false on failure. `setup_ms` gets the sandbox's
 // set-up time where it is known (full isolation, not python_tests), else stays unchanged.
 bool RunOnce(const std::string& iso, const std::string& workload, double* setup_ms = nullptr,
-             bool cgroup = true) {
+             bool cgroup = true, bool as_pid1 = false, double* wall_ms = nullptr) {
   // full_prepared is full isolation with sandboxes prepared ahead (the pool is set in Measure).
   const std::string isolation = iso == "full_prepared" ? "full" : iso;
   if (workload == "python_tests") {
@@ -100,8 +101,10 @@ bool RunOnce(const std::string& iso, const std::string& workload, double* setup_
     SandboxRequest r;
     r.argv = Argv(workload);
     r.limits.cgroup_limits = cgroup;
+    r.as_pid1 = as_pid1;
     auto res = sandbox::RunSandboxed(r);
     if (res.ok() && setup_ms != nullptr) *setup_ms = res->setup_ms;
+    if (res.ok() && wall_ms != nullptr) *wall_ms = res->wall_ms;
     return res.ok() && res->outcome == sandbox::SandboxOutcome::kExited && res->exit_code == 0;
   }
   return SpawnPlain(isolation == "bwrap" ? Bwrap(Argv(workload)) : Argv(workload));
@@ -222,11 +225,29 @@ int Run(int argc, char** argv) {
     with_cg.push_back(a);
     without_cg.push_back(b);
   }
+  // What the run's init costs (the program as PID 2 below it, against the program as PID 1):
+  // a run's wall time, call to exit status, on /bin/true, interleaved.
+  std::vector<double> with_init, as_pid1;
+  for (int i = 0; i < runs; ++i) {
+    double a = 0, b = 0;
+    if (!RunOnce("full", "trivial", nullptr, true, false, &a) ||
+        !RunOnce("full", "trivial", nullptr, true, true, &b)) {
+      std::fprintf(stderr, "bench_sandbox: init runs failed\n");
+      return 1;
+    }
+    with_init.push_back(a);
+    as_pid1.push_back(b);
+  }
   const Row& py = find("full", "python");
   std::printf(
       "\nsandbox set-up (before execve), p50 ms: %.2f with the per-run cgroup, %.2f "
       "without\n",
       Percentile(with_cg, 50), Percentile(without_cg, 50));
+  std::printf(
+      "a /bin/true run's wall time, p50 ms: %.2f with the init (program as PID 2), %.2f with the "
+      "program as PID 1 (p99 %.2f, %.2f)\n",
+      Percentile(with_init, 50), Percentile(as_pid1, 50), Percentile(with_init, 99),
+      Percentile(as_pid1, 99));
   const Row& pre = find("full_prepared", "python");
   const Row& pt = find("full", "python_tests");
   const Row& ptp = find("full_prepared", "python_tests");
@@ -273,6 +294,10 @@ int Run(int argc, char** argv) {
         ",\"prepared\":" + (prepared ? "true" : "false") +
         ",\"setup_p50_ms\":" + JsonNumber(r.setup_p50_ms) + "}");
   }
+  objects.push_back(
+      "{\"isolation\":\"full\",\"workload\":\"trivial_init_cost\",\"p50_ms_with_init\":" +
+      JsonNumber(Percentile(with_init, 50)) +
+      ",\"p50_ms_as_pid1\":" + JsonNumber(Percentile(as_pid1, 50)) + "}");
   for (const GroupRow& g : groups) {
     objects.push_back("{\"isolation\":\"full\",\"workload\":\"python_tests_group\",\"group\":" +
                       std::to_string(g.group) +

@@ -213,7 +213,7 @@ TEST_F(PipelineTest, SubmitStatusStopAndExportOverTheControlSocketWhileOthersTra
       // step the trainer ended at, also when a step was under way at the stop; its reason too.
       service_->Tick();
       const auto saved = nlohmann::json::parse(ReadAll(TenantDir("beta") + "/status.json"));
-      EXPECT_EQ(saved["step"].get<std::string>(), std::to_string(v.trainer.steps)) << saved;
+      EXPECT_EQ(saved["step"].get<uint64_t>(), v.trainer.steps) << saved;
       EXPECT_EQ(saved["reason"], "stopped by its owner") << saved;
     }
   }
