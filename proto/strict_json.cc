@@ -17,14 +17,17 @@ struct Shape {
   const Descriptor* message = nullptr;
   bool map = false;
   const Descriptor* value_message = nullptr;
+  bool boolean = false;  // a bool field: true or false (or null), not "yes" or 1
 };
 
 // The shape of the value of `field` (a repeated field's: of each element).
 Shape ShapeOf(const FieldDescriptor* field) {
-  if (field == nullptr || field->message_type() == nullptr) return {};
-  if (!field->is_map()) return {field->message_type(), false, nullptr};
+  if (field == nullptr) return {};
+  if (field->message_type() == nullptr)
+    return {nullptr, false, nullptr, field->cpp_type() == FieldDescriptor::CPPTYPE_BOOL};
+  if (!field->is_map()) return {field->message_type(), false, nullptr, false};
   const FieldDescriptor* value = field->message_type()->map_value();
-  return {nullptr, true, value ? value->message_type() : nullptr};
+  return {nullptr, true, value ? value->message_type() : nullptr, false};
 }
 
 const FieldDescriptor* FieldNamed(const Descriptor* m, const std::string& key) {
@@ -40,13 +43,13 @@ class DuplicateKeyFinder : public nlohmann::json_sax<json> {
   explicit DuplicateKeyFinder(const Descriptor* root) { next_.message = root; }
   std::string error;  // the first problem found
 
-  bool null() override { return Scalar(); }
-  bool boolean(bool) override { return Scalar(); }
-  bool number_integer(number_integer_t) override { return Scalar(); }
-  bool number_unsigned(number_unsigned_t) override { return Scalar(); }
-  bool number_float(number_float_t, const string_t&) override { return Scalar(); }
-  bool string(string_t&) override { return Scalar(); }
-  bool binary(binary_t&) override { return Scalar(); }
+  bool null() override { return Scalar(true); }
+  bool boolean(bool) override { return Scalar(true); }
+  bool number_integer(number_integer_t) override { return Scalar(false); }
+  bool number_unsigned(number_unsigned_t) override { return Scalar(false); }
+  bool number_float(number_float_t, const string_t&) override { return Scalar(false); }
+  bool string(string_t&) override { return Scalar(false); }
+  bool binary(binary_t&) override { return Scalar(false); }
   bool start_object(std::size_t) override {
     const Shape shape = Value();
     open_.push_back(Frame{true, shape, {}, "", 0});
@@ -56,7 +59,7 @@ class DuplicateKeyFinder : public nlohmann::json_sax<json> {
     Frame& f = open_.back();
     f.key = k;
     const FieldDescriptor* field = f.shape.message ? FieldNamed(f.shape.message, k) : nullptr;
-    next_ = field ? ShapeOf(field) : Shape{f.shape.value_message, false, nullptr};
+    next_ = field ? ShapeOf(field) : Shape{f.shape.value_message, false, nullptr, false};
     const std::string name = field ? field->name() : k;  // one name per field
     const auto [at, added] = f.keys.emplace(name, k);
     if (!added) {
@@ -97,8 +100,13 @@ class DuplicateKeyFinder : public nlohmann::json_sax<json> {
     std::string key;                          // objects: the current member's
     long index;                               // arrays: the current element's
   };
-  bool Scalar() {
-    (void)Value();
+  // A value that is no object or array; `fits_bool`: true, false or null (which protobuf reads
+  // as unset), the only values a bool field takes here (protobuf also took "yes", "no", 1 and 0).
+  bool Scalar(bool fits_bool) {
+    if (Value().boolean && !fits_bool) {
+      error = "gives key '" + Path() + "' a value that is not true or false";
+      return false;
+    }
     return true;
   }
   // A value starts: its shape (an array's elements share the array's); in an array, it is the

@@ -17,7 +17,8 @@ namespace marlaas {
 // column C: <what the parser expected>)", or "names key 'a.b[2].c' twice" (the path from the
 // top). With `message`, the text is read as that message's JSON: a field named by both of its
 // names (`max_steps` and `maxSteps`, which protobuf merges) is named twice too; a map's keys
-// and unknown fields are compared as written.
+// and unknown fields are compared as written; and a bool field given anything but true, false
+// or null (protobuf took "yes") is refused: "gives key 'a.b' a value that is not true or false".
 Status CheckStrictJson(const std::string& text,
                        const google::protobuf::Descriptor* message = nullptr);
 

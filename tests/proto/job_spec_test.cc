@@ -125,6 +125,18 @@ TEST(JobSpecTest, TrailingCommasCommentsAndDuplicateKeysAreRefused) {
                         "sampling": {"maxNewTokens": 8, "max_new_tokens": 9}})"),
             "job spec names key 'sampling.max_new_tokens' twice (as 'maxNewTokens' and "
             "'max_new_tokens')");
+  // A bool field takes true or false: protobuf took "yes" (and "no") without a word.
+  for (const char* v : {R"("yes")", R"("true")", "1"}) {
+    EXPECT_EQ(
+        ErrorOf(std::string(R"({"tenant": "a", "task": "arithmetic", "grpo": {"normalize_std": )") +
+                v + "}}"),
+        "job spec gives key 'grpo.normalize_std' a value that is not true or false")
+        << v;
+  }
+  auto unset =
+      ParseJobSpecJson(R"({"tenant": "a", "task": "arithmetic", "grpo": {"normalizeStd": false}})");
+  ASSERT_TRUE(unset.ok()) << unset.status().ToString();
+  EXPECT_FALSE(unset->grpo().normalize_std());
   // A map's keys are the user's: two that would be one field's names are two files.
   auto files = ParseJobSpecJson(R"({"tenant": "a", "task": "custom",
       "dataset": {"jsonl_path": "/d.jsonl"},
