@@ -101,7 +101,8 @@ class DuplicateKeyFinder : public nlohmann::json_sax<json> {
     long index;                               // arrays: the current element's
   };
   // A value that is no object or array; `fits_bool`: true, false or null (which protobuf reads
-  // as unset), the only values a bool field takes here (protobuf also took "yes", "no", 1 and 0).
+  // as unset), the only values a bool field takes here (protobuf also took the strings "yes",
+  // "no", "true" and "false").
   bool Scalar(bool fits_bool) {
     if (Value().boolean && !fits_bool) {
       error = "gives key '" + Path() + "' a value that is not true or false";
