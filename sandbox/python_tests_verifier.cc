@@ -34,7 +34,8 @@ class CFunc(_ctypes.CFuncPtr):
     _restype_ = Int
 class Libc:
     _handle = _ctypes.dlopen(None)
-if CFunc(('prctl', Libc()))(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE 0: out of candidates' reach
+prctl = CFunc(('prctl', Libc()))
+if prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE 0: out of candidates' reach
     sys.stderr.write('harness: prctl(PR_SET_DUMPABLE) failed\n')
     sys.exit(3)
 wall, cpu = int(sys.argv[1]) / 1000.0, int(sys.argv[2])
@@ -91,6 +92,10 @@ def header():
 def candidate(src, fname, inputs):
     try:
         key[:] = bytes(len(key))
+        # Dumpable again, hence in the harness's sight under /proc's hidepid (waited() reads
+        # its schedstat); the copy of the harness's memory it holds has nothing left to hide.
+        if prctl(4, 1, 0, 0, 0) != 0:
+            os._exit(0)
         os.setsid()  # a session, and scheduler autogroup, of its own
         null = os.open('/dev/null', os.O_RDWR)
         os.dup2(null, 0)
@@ -126,13 +131,16 @@ def stat(pid):  # threads, CPU seconds of all its threads, of its reaped childre
             (int(fields[13]) + int(fields[14])) / tick)
 def waited(pid):
     # Seconds the candidate was ready to run but waiting for a CPU: credited only to a candidate
-    # that ran as one thread of one process, so that it cannot make its own contention.
+    # that ran as one thread of one process, so that it cannot make its own contention. The
+    # namespace's last pid is still its own if it started no thread or process (a descendant
+    # that made itself non-dumpable would be hidden from /proc's listing, not from this).
     try:
         threads, used, reaped = stat(pid)
-        others = [p for p in os.listdir('/proc') if p.isdigit() and p not in ('1', str(pid))]
+        with open('/proc/sys/kernel/ns_last_pid') as f:
+            last = int(f.read())
         with open('/proc/%d/schedstat' % pid) as f:
             own, delay = [int(x) / 1e9 for x in f.read().split()[:2]]
-        if threads != 1 or reaped > 0 or others or used > own + 0.03:
+        if threads != 1 or reaped > 0 or last != pid or used > own + 0.03:
             return 0.0
         return delay
     except (OSError, ValueError, IndexError):

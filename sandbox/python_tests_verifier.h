@@ -11,18 +11,18 @@
 // advantage):
 //  - its process has a session of its own, the run's rlimits afresh and its own wall-clock limit,
 //    which does not count the time it waited for a CPU (its schedstat run delay, at most 4x the
-//    limit in all) if it ran as one thread of one process; it writes its results to the run's
-//    stdout, between the harness's start and end frames, which carry a per-run key that its copy
-//    of the harness's memory no longer holds (it cannot forge a frame); what it writes there
-//    counts against its own output limit;
+//    limit in all) if it ran as one thread of one process (the pid namespace's last pid is still
+//    its own: it started no thread or process); it is dumpable, so that the harness sees it in
+//    /proc under hidepid; it writes its results to the run's stdout, between the harness's start
+//    and end frames, which carry a per-run key that its copy of the harness's memory no longer
+//    holds (it cannot forge a frame); what it writes there counts against its own output limit;
 //  - before its end is framed, every process in the sandbox but the harness is killed and reaped
 //    (the harness is PID 1, as_pid1 in sandbox.h, and signals -1); then /work is emptied;
 //  - it cannot reach the harness or what the harness passes on: the harness is not dumpable (so
 //    not even listed in /proc: hidepid), no process in the sandbox holds a capability, signals to
-//    PID 1 are dropped, seccomp refuses
-//    setting another process's priority, affinity or rlimits and kernel-persistent IPC objects
-//    (sandbox/seccomp_filter.h), and a harness whose OOM score, autogroup, priority, affinity or
-//    rlimits changed anyway hands the rest to a fresh sandbox;
+//    PID 1 are dropped, seccomp refuses setting another process's priority, affinity or rlimits and
+//    kernel-persistent IPC objects (sandbox/seccomp_filter.h), and a harness whose OOM score,
+//    autogroup, priority, affinity or rlimits changed anyway hands the rest to a fresh sandbox;
 //  - nothing of an earlier candidate's code or results is in the memory it starts with: sources
 //    arrive on stdin one at a time (the rest wait in the kernel's socket buffer) and pass only
 //    through a buffer the harness zeroes, and the harness never reads a result (what it keeps of
