@@ -35,14 +35,16 @@ struct Row {
   double tokens_per_s;
 };
 
-model::ModelConfig BenchConfig() {
+// --quick (the ctest smoke run) takes the same paths on a model a quarter as wide with a small
+// vocabulary: the full shape costs minutes of a CI core.
+model::ModelConfig BenchConfig(bool quick) {
   model::ModelConfig c;
-  c.vocab_size = 32000;
-  c.hidden_size = 1024;
-  c.intermediate_size = 2816;
-  c.num_layers = 4;
-  c.num_heads = 16;
-  c.num_kv_heads = 16;
+  c.vocab_size = quick ? 4096 : 32000;
+  c.hidden_size = quick ? 256 : 1024;
+  c.intermediate_size = quick ? 704 : 2816;
+  c.num_layers = quick ? 2 : 4;
+  c.num_heads = quick ? 4 : 16;
+  c.num_kv_heads = quick ? 4 : 16;
   c.head_dim = 64;
   return c;
 }
@@ -166,7 +168,7 @@ int Run(int argc, char** argv) {
   const bool quick = args.quick;
   model::SetComputeThreads(1);
   torch::manual_seed(0);
-  const model::ModelConfig config = BenchConfig();
+  const model::ModelConfig config = BenchConfig(quick);
   Transformer model(BaseWeights::Random(config, 1));
   const int steps = quick ? 2 : 16;
   std::vector<Row> rows;
