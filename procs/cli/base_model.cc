@@ -45,15 +45,19 @@ Status CheckBaseModel(const std::string& model_dir) {
 }
 
 Status CheckDevice(const std::string& device) {
-  MARLAAS_ASSIGN_OR_RETURN(const int index, ParseDeviceName(device.empty() ? "cpu" : device));
-  if (index < 0) return Status::Ok();
+  auto flag = [](const Status& st) { return Status(st.code(), "--device: " + st.message()); };
+  const Result<int> index = ParseDeviceName(device.empty() ? "cpu" : device);
+  if (!index.ok()) return flag(index.status());
+  if (*index < 0) return Status::Ok();
   // A model stage given its own GPU list sees other devices than serve: that is its to check.
+  // A malformed list is named by its variable's name.
   for (const char* role : {"rollout", "trainer"}) {
     MARLAAS_ASSIGN_OR_RETURN(const std::optional<std::string> own,
                              serve::StageVisibleDevices(role));
     if (own) return Status::Ok();
   }
-  return model::ParseDevice(device).status();
+  const Status st = model::ParseDevice(device).status();
+  return st.ok() ? st : flag(st);
 }
 
 }  // namespace marlaas::cli

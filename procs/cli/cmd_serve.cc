@@ -49,7 +49,7 @@ int RunServe(const std::vector<std::string>& argv) {
   // A device the stages would refuse (a typo, or "cuda" with a CPU-only LibTorch) is refused
   // here, before they start: not after their restarts.
   if (Status st = CheckDevice(o.service.stage.device); !st.ok()) {
-    std::fprintf(stderr, "marlaas serve: --device: %s\n", st.message().c_str());
+    std::fprintf(stderr, "marlaas serve: %s\n", st.message().c_str());
     return 2;
   }
   long long threads = 1, workers = 2, port = -1, budget_mb = -1, max_tenants = 64, replicas = 1;

@@ -616,7 +616,16 @@ TEST(CommandLineTest, ServeRefusesAMissingModelOrAnUnusableDeviceBeforeStarting)
   // name that is no device at all is refused whatever the lists.
   ASSERT_EQ(::setenv("MARLAAS_TRAINER_GPUS", "1", 1), 0);
   EXPECT_TRUE(cli::CheckDevice("cuda:0").ok());
-  EXPECT_FALSE(cli::CheckDevice("cdua").ok());
+  const Status typo = cli::CheckDevice("cdua");
+  EXPECT_EQ(typo.message().rfind("--device: ", 0), 0u) << typo.message();
+  // A malformed list is named by its variable, not as the --device flag.
+  ASSERT_EQ(::setenv("MARLAAS_TRAINER_GPUS", "1,x", 1), 0);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli::RunServe({"--state-dir", state, "--model-dir", model, "--device", "cuda"}), 2);
+  err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("marlaas serve: MARLAAS_TRAINER_GPUS='1,x': 'x' is not a GPU index or UUID"),
+            std::string::npos)
+      << err;
   ASSERT_EQ(::unsetenv("MARLAAS_TRAINER_GPUS"), 0);
   EXPECT_TRUE(cli::CheckDevice("cpu").ok());
 }
