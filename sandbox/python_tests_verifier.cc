@@ -133,14 +133,18 @@ def waited(pid):
     # Seconds the candidate was ready to run but waiting for a CPU: credited only to a candidate
     # that ran as one thread of one process, so that it cannot make its own contention. The
     # namespace's last pid is still its own if it started no thread or process (a descendant
-    # that made itself non-dumpable would be hidden from /proc's listing, not from this).
+    # that made itself non-dumpable would be hidden from /proc's listing, not from this); a
+    # kernel without ns_last_pid (no CONFIG_CHECKPOINT_RESTORE) leaves only the listing.
     try:
         threads, used, reaped = stat(pid)
-        with open('/proc/sys/kernel/ns_last_pid') as f:
-            last = int(f.read())
+        try:
+            with open('/proc/sys/kernel/ns_last_pid') as f:
+                forked = int(f.read()) != pid
+        except OSError:
+            forked = any(p.isdigit() and p not in ('1', str(pid)) for p in os.listdir('/proc'))
         with open('/proc/%d/schedstat' % pid) as f:
             own, delay = [int(x) / 1e9 for x in f.read().split()[:2]]
-        if threads != 1 or reaped > 0 or last != pid or used > own + 0.03:
+        if threads != 1 or reaped > 0 or forked or used > own + 0.03:
             return 0.0
         return delay
     except (OSError, ValueError, IndexError):
