@@ -29,7 +29,8 @@ class AdapterMemory {
   // records its event here).
   virtual Status FinishWrite(int slot, int buffer) = 0;
   // Copies `bytes` of buffer `buffer` of `slot` into `dst` (reader's memory: host, or for a CUDA
-  // backend host or device) and returns once the copy is complete.
+  // backend host or device) and returns once the copy is complete. A CUDA backend waits a
+  // bounded time and then fails with kInternal; `dst` may then still be written later.
   virtual Status CopyOut(int slot, int buffer, void* dst, size_t bytes) = 0;
   // Writer: gives back the device memory of `slot` (its tenant left this writer). Host: nothing.
   virtual Status FreeBuffers(int /*slot*/) { return Status::Ok(); }

@@ -112,6 +112,8 @@ class AdapterStore {
   // version; `owner`, when given, receives the slot info (tenant, generation, layout) that the
   // copy belongs to. Retries while the writer overtakes the copy, until `deadline`. Fails with
   // kFailedPrecondition if the slot was registered again (to a new tenant) during the copy.
+  // With the CUDA backend, kInternal means a device copy failed or did not finish in the
+  // backend's bound: `dst` may still be written, so the caller must never reuse it.
   Result<uint64_t> ReadLatest(int slot, void* dst, size_t dst_bytes, Deadline deadline,
                               AdapterSlotInfo* owner = nullptr);
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -68,6 +69,7 @@ class CudaIpcAdapterMemory : public AdapterMemory {
       std::fprintf(stderr, "adapter slot %d: readers %s still map its buffers; left allocated\n",
                    p.slot, p.holders.c_str());
     }
+    if (copied_ != nullptr) cudaEventDestroy(copied_);
     if (read_stream_ != nullptr) cudaStreamDestroy(read_stream_);
   }
 
@@ -120,8 +122,7 @@ class CudaIpcAdapterMemory : public AdapterMemory {
     MARLAAS_CUDA_RETURN("cudaStreamWaitEvent", cudaStreamWaitEvent(read_stream_, written, 0));
     MARLAAS_CUDA_RETURN("cudaMemcpyAsync",
                         cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, read_stream_));
-    MARLAAS_CUDA_RETURN("cudaStreamSynchronize", cudaStreamSynchronize(read_stream_));
-    return Status::Ok();
+    return AwaitCopy(slot);
   }
 
   Status FreeBuffers(int slot) override {
@@ -188,6 +189,41 @@ class CudaIpcAdapterMemory : public AdapterMemory {
       pending_.erase(pending_.begin() + std::ptrdiff_t(i));
     }
     return st;
+  }
+
+  // Waits until the copy queued on read_stream_ is done, at most options_.copy_timeout_ms: the
+  // copy waits on the writer's event, so a writer whose GPU work hangs would otherwise hold this
+  // process forever. A copy that does not finish cannot be called back and may still write into
+  // its destination; the stream is given up (its resources go once its work ends) and the
+  // caller is told to stop using that memory.
+  Status AwaitCopy(int slot) {
+    if (copied_ == nullptr) {
+      MARLAAS_CUDA_RETURN("cudaEventCreateWithFlags",
+                          cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
+    }
+    MARLAAS_CUDA_RETURN("cudaEventRecord", cudaEventRecord(copied_, read_stream_));
+    const Deadline bound = Deadline::AfterMs(options_.copy_timeout_ms);
+    for (int polls = 0;; ++polls) {
+      const cudaError_t q = cudaEventQuery(copied_);
+      if (q == cudaSuccess) return Status::Ok();
+      if (q != cudaErrorNotReady) return CudaError("cudaEventQuery after an adapter copy", q);
+      if (bound.Expired()) break;
+      // A rank-16 adapter copies in well under a millisecond: poll closely at first.
+      if (polls < 256) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    }
+    cudaStreamDestroy(read_stream_);  // both return at once and let go once the work is done
+    cudaEventDestroy(copied_);
+    read_stream_ = nullptr;
+    copied_ = nullptr;
+    return Status(StatusCode::kInternal,
+                  "adapter slot " + std::to_string(slot) + ": the device copy did not finish in " +
+                      std::to_string(options_.copy_timeout_ms) +
+                      " ms (the writer's GPU work or the GPU is stuck); it may still write into "
+                      "the destination, which must not be reused");
   }
 
   struct Mapped {  // reader side
@@ -334,6 +370,7 @@ class CudaIpcAdapterMemory : public AdapterMemory {
   std::vector<Mapped> mapped_;
   std::vector<Pending> pending_;
   cudaStream_t read_stream_ = nullptr;
+  cudaEvent_t copied_ = nullptr;  // recorded after each copy on read_stream_
 };
 
 }  // namespace

@@ -10,8 +10,9 @@
 //    CopyOut completing before it returns, is what makes the store's seqlock re-check sound for
 //    GPU copies.
 //  - Reader (a rollout on the same GPU): opens a slot's handles once per allocation, and copies
-//    on swap on its own stream, ordered after the writer's last writes by the event; Sweep closes
-//    the mappings of freed buffers and of dead writers.
+//    on swap on its own stream, ordered after the writer's last writes by the event, waiting at
+//    most `copy_timeout_ms` for it; Sweep closes the mappings of freed buffers and of dead
+//    writers.
 // Built only with the CUDA toolkit (library marlaas_shm_cuda). One instance per process, used
 // from one thread at a time. A process on another GPU gets kFailedPrecondition naming both GPUs:
 // adapters reach other GPUs by NCCL broadcast.
@@ -30,6 +31,10 @@ struct CudaIpcOptions {
   // How long the destructor waits for live readers to let go of retired buffers (FreeBuffers
   // waits at most 200 ms, then leaves them to a later call).
   int64_t free_wait_ms = 2000;
+  // How long a reader's copy may wait for the writer's GPU work before CopyOut gives up with
+  // kInternal. The copy cannot be called back: its destination may still be written later, so a
+  // process that sees this must not reuse that memory (the rollout exits and is restarted).
+  int64_t copy_timeout_ms = 10000;
 };
 
 // The factory AdapterStore::Attach takes. The process's current CUDA device at the time of the

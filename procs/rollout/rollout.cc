@@ -190,6 +190,10 @@ class Rollout {
   uint64_t next_seq_id_ = 1, next_group_ = 0, next_call_ = 1;
   size_t next_tenant_rr_ = 0;
   EngineMetrics engine_{};
+  // Set when this process cannot go on (a device copy of an adapter that may still land in
+  // stuck_copy_): Run returns it.
+  Status fatal_;
+  at::Tensor stuck_copy_;
 };
 
 void Rollout::RefreshAdapter(RolloutTenant* t) {
@@ -223,6 +227,14 @@ void Rollout::RefreshAdapter(RolloutTenant* t) {
   AdapterSlotInfo owner;
   auto got = store_.ReadLatest(t->row, flat.data_ptr(), size_t(flat.numel()) * sizeof(float),
                                Deadline::AfterMs(100), &owner);
+  if (!got.ok() && on_device && got.status().code() == StatusCode::kInternal) {
+    // A device copy that did not finish (or a CUDA error) may still write into `flat`: it is
+    // never freed, and the rollout ends so that serve restarts it with a fresh device context.
+    stuck_copy_ = std::move(flat);
+    fatal_ = Status(StatusCode::kInternal,
+                    "tenant " + t->id + ": reading its adapter: " + got.status().message());
+    return;
+  }
   // The slot may have gone to the tenant that reuses our row since Info().
   if (!got.ok() || t->id != owner.tenant_id || owner.generation != info->generation) return;
   auto adapter = model::LoraAdapter::FromFlatTensor(info->layout, std::move(flat));
@@ -654,6 +666,7 @@ Status Rollout::Run() {
     if (trainer_stepped || now - last_sync >= (gen_.active() > 0 ? 50'000'000 : 2'000'000)) {
       if (trainer.ok()) trainer_steps = trainer->items;
       SyncTenants();
+      if (!fatal_.ok()) return fatal_;
       ExpireToolCalls();
       StoreMetrics();
       last_sync = now;

@@ -2,9 +2,10 @@
 // reader (rollout role) forked from a test process that never initialises CUDA itself. Checks
 // that readers see only whole, finished adapters (writes still running on the GPU at Publish are
 // ordered by the IPC event), that retired buffers stay allocated while a live reader maps them
-// and are freed once it lets go, that a kill -9'd reader does not hold up the free, and that a
-// kill -9'd writer's device memory comes back once the reader sweeps. Without a GPU the device
-// tests skip; the host-side behaviour of a CUDA IPC store is checked everywhere.
+// and are freed once it lets go, that a kill -9'd reader does not hold up the free, that a
+// kill -9'd writer's device memory comes back once the reader sweeps, and that a copy waiting on
+// a writer whose GPU work hangs gives up within its bound. Without a GPU the device tests skip;
+// the host-side behaviour of a CUDA IPC store is checked everywhere.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -279,6 +280,51 @@ TEST_F(CudaAdapterStoreTest, AKilledWritersMemoryComesBackWhenTheReaderSweeps) {
   sh->stop.store(1);
   const auto r = children.Wait(reader);
   EXPECT_TRUE(r.exited && r.code == 0) << "reader exit " << r.code << " signal " << r.signal;
+}
+
+void CUDART_CB SleepThreeSeconds(void*) { std::this_thread::sleep_for(std::chrono::seconds(3)); }
+
+TEST_F(CudaAdapterStoreTest, ACopyWaitingOnAStuckWriterGivesUpWithinItsBound) {
+  const std::string name = inst_.name();
+  Shared* sh = shared_;
+  const uint64_t bytes = Layout().NumBytes();
+  ChildGuard children;
+  // The writer's stream is held up for 3 s before the fill, so the event it records at Publish
+  // completes only then, as when a trainer's GPU work hangs.
+  const pid_t writer = children.Fork([&] {
+    auto store = AdapterStore::Attach(name, CudaIpcMemory());
+    if (!store.ok()) return 10;
+    auto span = store->BeginWrite(0);
+    if (!span.ok()) return 11;
+    if (cudaLaunchHostFunc(0, SleepThreeSeconds, nullptr) != cudaSuccess) return 12;
+    cudaMemsetAsync(span->data, 7, span->bytes, 0);
+    if (!store->Publish(0, 1).ok()) return 13;
+    sh->writer_ready.store(1);
+    WaitForFlag(sh->reader_done);
+    return 0;
+  });
+  const pid_t reader = children.Fork([&] {
+    CudaIpcOptions o;
+    o.copy_timeout_ms = 300;
+    auto store = AdapterStore::Attach(name, CudaIpcMemory(o));
+    void* dst = nullptr;
+    if (!store.ok() || cudaMalloc(&dst, bytes) != cudaSuccess) return 20;
+    if (!WaitForFlag(sh->writer_ready)) return 21;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto got = store->ReadLatest(0, dst, bytes, Deadline::AfterMs(5000));
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    sh->reader_done.store(1);
+    if (got.ok()) return 22;  // the copy waited out the writer's 3 s: unbounded
+    if (got.status().code() != StatusCode::kInternal) return 23;
+    if (got.status().message().find("did not finish in 300 ms") == std::string::npos) return 24;
+    return waited < 2.0 ? 0 : 25;
+  });
+  const auto r = children.Wait(reader);
+  sh->reader_done.store(1);
+  const auto w = children.Wait(writer);
+  EXPECT_TRUE(r.exited && r.code == 0) << "reader exit " << r.code << " signal " << r.signal;
+  EXPECT_TRUE(w.exited && w.code == 0) << "writer exit " << w.code << " signal " << w.signal;
 }
 
 // Runs everywhere: a CUDA IPC store is created and managed by a process without CUDA (serve),
