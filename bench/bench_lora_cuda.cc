@@ -2,7 +2,8 @@
 // hidden 4096, shrink + expand) with 32 distinct adapters against one shared adapter; SGMV
 // (prefill: 2048 rows in 32 segments of 64 against one segment); the fused log-softmax + gather
 // forward and backward at 512 rows of a 128256-token vocabulary. bf16 and f16. Each figure is the
-// median over 7 repeats of the mean time of 50 launches (CUDA events), after a warm-up.
+// median over 7 repeats of the mean time of 50 calls replayed from a CUDA graph (CUDA events),
+// after a warm-up: the kernels' time, without the launchers' host work.
 //
 //   bench_lora_cuda [--json FILE] [--quick]
 //
@@ -63,28 +64,48 @@ class Buffer {
 };
 
 // Median over repeats of the mean microseconds per call of `launch`; -1 when a launch fails.
-double TimeUs(const std::function<Status()>& launch, bool quick) {
+// The `iters` calls are captured once into a CUDA graph and the graph is replayed, so the
+// figure is the kernels' time on the device: timed as plain launches, the launchers' host-side
+// checks (pointer attributes, about 10 us a call) left the GPU idle between kernels of a few
+// microseconds, and any two kernels that short timed alike.
+using Launch = std::function<Status(cudaStream_t)>;
+double TimeUs(const Launch& launch, bool quick) {
   const int iters = quick ? 3 : 50, repeats = quick ? 1 : 7;
-  for (int i = 0; i < (quick ? 1 : 10); ++i) {
-    if (!launch().ok()) return -1;
-  }
+  cudaStream_t stream = nullptr;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
   cudaEvent_t start = nullptr, stop = nullptr;
-  bool ok = cudaEventCreate(&start) == cudaSuccess && cudaEventCreate(&stop) == cudaSuccess;
+  bool ok = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess;
+  // Plain launches first: their statuses name a failing launch, which a graph would not.
+  for (int i = 0; ok && i < (quick ? 1 : 10); ++i) ok = launch(stream).ok();
+  ok = ok && cudaStreamSynchronize(stream) == cudaSuccess;
+  // Relaxed: the launchers' checks (cudaPointerGetAttributes) may run during the capture.
+  ok = ok && cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed) == cudaSuccess;
+  if (ok) {
+    bool launched = true;
+    for (int i = 0; launched && i < iters; ++i) launched = launch(stream).ok();
+    ok = cudaStreamEndCapture(stream, &graph) == cudaSuccess && launched;  // always end it
+  }
+  ok = ok && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  ok = ok && cudaGraphLaunch(exec, stream) == cudaSuccess &&  // the graph's own first upload
+       cudaStreamSynchronize(stream) == cudaSuccess;
+  ok = ok && cudaEventCreate(&start) == cudaSuccess && cudaEventCreate(&stop) == cudaSuccess;
   std::vector<double> samples;
   for (int r = 0; ok && r < repeats; ++r) {
-    ok = cudaEventRecord(start, 0) == cudaSuccess;
-    // Every launch's status counts: the launchers take the launch error (cudaGetLastError), so
-    // a failed launch is seen here or not at all.
-    for (int i = 0; ok && i < iters; ++i) ok = launch().ok();
     float ms = 0;
-    ok = ok && cudaEventRecord(stop, 0) == cudaSuccess &&
+    ok = cudaEventRecord(start, stream) == cudaSuccess &&
+         cudaGraphLaunch(exec, stream) == cudaSuccess &&
+         cudaEventRecord(stop, stream) == cudaSuccess &&
          cudaEventSynchronize(stop) == cudaSuccess &&
          cudaEventElapsedTime(&ms, start, stop) == cudaSuccess;
     if (ok) samples.push_back(1000.0 * ms / iters);
   }
   if (start != nullptr) cudaEventDestroy(start);
   if (stop != nullptr) cudaEventDestroy(stop);
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
+  if (graph != nullptr) cudaGraphDestroy(graph);
   ok = ok && cudaDeviceSynchronize() == cudaSuccess;
+  if (stream != nullptr) cudaStreamDestroy(stream);
   if (!ok) cudaGetLastError();  // clear a sticky launch error before the next measurement
   return ok ? Percentile(samples, 50) : -1;
 }
@@ -130,9 +151,9 @@ double LoraUs(DType dtype, bool sgmv, int rows, int distinct, bool quick) {
     idx.FillInts(row_adapter);
     const TensorRef ir = TensorRef::Contiguous(idx.get(), DType::kInt32, {rows});
     return TimeUs(
-        [&] {
-          MARLAAS_RETURN_IF_ERROR(kernels::cuda::BgmvShrink(xr, stack, ir, yr, 0));
-          return kernels::cuda::BgmvExpand(yr, stack, ir, outr, 0);
+        [&](cudaStream_t st) {
+          MARLAAS_RETURN_IF_ERROR(kernels::cuda::BgmvShrink(xr, stack, ir, yr, st));
+          return kernels::cuda::BgmvExpand(yr, stack, ir, outr, st);
         },
         quick);
   }
@@ -147,9 +168,9 @@ double LoraUs(DType dtype, bool sgmv, int rows, int distinct, bool quick) {
   const TensorRef sr = TensorRef::Contiguous(start.get(), DType::kInt32, {distinct + 1}),
                   ar = TensorRef::Contiguous(idx.get(), DType::kInt32, {distinct});
   return TimeUs(
-      [&] {
-        MARLAAS_RETURN_IF_ERROR(kernels::cuda::SgmvShrink(xr, stack, sr, ar, yr, 0));
-        return kernels::cuda::SgmvExpand(yr, stack, sr, ar, outr, 0);
+      [&](cudaStream_t st) {
+        MARLAAS_RETURN_IF_ERROR(kernels::cuda::SgmvShrink(xr, stack, sr, ar, yr, st));
+        return kernels::cuda::SgmvExpand(yr, stack, sr, ar, outr, st);
       },
       quick);
 }
@@ -171,10 +192,16 @@ double LogprobUs(DType dtype, int rows, int vocab, bool backward, bool quick) {
                   lser = TensorRef::Contiguous(lse.get(), DType::kFloat32, {rows}),
                   gr = TensorRef::Contiguous(grad.get(), DType::kFloat32, {rows});
   if (!kernels::cuda::TokenLogprobs(lr, tr, 1.0f, lpr, lser, 0).ok()) return -1;
-  if (!backward)
-    return TimeUs([&] { return kernels::cuda::TokenLogprobs(lr, tr, 1.0f, lpr, lser, 0); }, quick);
-  return TimeUs([&] { return kernels::cuda::TokenLogprobsBackward(lr, tr, 1.0f, lser, gr, dr, 0); },
-                quick);
+  if (!backward) {
+    return TimeUs(
+        [&](cudaStream_t st) { return kernels::cuda::TokenLogprobs(lr, tr, 1.0f, lpr, lser, st); },
+        quick);
+  }
+  return TimeUs(
+      [&](cudaStream_t st) {
+        return kernels::cuda::TokenLogprobsBackward(lr, tr, 1.0f, lser, gr, dr, st);
+      },
+      quick);
 }
 
 int Main(int argc, char** argv) {

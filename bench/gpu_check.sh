@@ -8,7 +8,8 @@
 # generation, fused log-probs, a GRPO step, the base shared by two processes) and the GPU
 # benchmarks, then prints one table last. Well within 8 minutes on a 16-core H200 host: the
 # LibTorch-free targets build first and their tests run while the model (LibTorch) builds in the
-# background; the benchmarks wait for that build, so they time an idle host.
+# background; that build is paused (SIGSTOP) while the kernel and IPC benchmarks run, so they
+# time an idle host without waiting for it, and the model's checks run once it is done.
 #
 #   bench/gpu_check.sh            (from anywhere; what comes back goes to $OUT, default
 #                                  build-gpu/out: summary.txt, gpu_check.tgz with every log and
@@ -50,6 +51,7 @@ finish() {
   # process group of their own, so the group of the setsid'd shell is not all of it.
   if [[ -n "${model_build_pid:-}" ]]; then
     pkill -TERM -s "$model_build_pid" 2> /dev/null || kill -- "-$model_build_pid" 2> /dev/null
+    pkill -CONT -s "$model_build_pid" 2> /dev/null  # a paused build takes the TERM only now
     wait "$model_build_pid" 2> /dev/null
   fi
   {
@@ -73,7 +75,13 @@ echo "== GPUs"
 nvidia-smi -L 2>&1 | tee "$LOGS/gpus.txt"
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-"$nvcc_bin" --version 2>&1 | tail -1
+# The CUDA versions that must fit together: a toolkit newer than the driver makes every test
+# skip ("driver version is insufficient"), and the model test loads PyTorch's runtime beside ours.
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+toolkit=$("$nvcc_bin" --version 2>/dev/null | grep -oE 'release [0-9.]+' | head -1)
+torch_cuda=$(python3 -c 'import torch; print(torch.version.cuda)' 2>/dev/null)
+echo "driver ${driver:-?}, nvcc ${toolkit:-?}, PyTorch's CUDA ${torch_cuda:-none}" |
+  tee -a "$LOGS/gpus.txt"
 
 echo "== dependencies"
 deps=/tmp/marlaas-gpudeps
@@ -98,17 +106,23 @@ fi
 # compiled here uses the C++ ABI that LibTorch was built with (its config may not say it), the
 # .cu files' host code too: Status and its std::string cross between them.
 torch_args=()
+torch_why="no CUDA PyTorch (LibTorch) on this host"  # why the model's checks do not run
 torch_prefix=$(python3 -c 'import torch; assert torch.version.cuda; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)
 if [[ -n "$torch_prefix" ]]; then
   abi=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))' 2>/dev/null || echo 1)
   torch_args=(-DMARLAAS_GPU_CHECK_TORCH=ON -DCMAKE_PREFIX_PATH="$torch_prefix")
   # GCC's default is the new ABI (1): flags only for an old-ABI LibTorch (then GoogleTest must be
   # built from .gpudeps' sources, not taken prebuilt).
-  if [[ "$abi" == 0 ]]; then
+  if [[ "$abi" == 0 && ! -d "$deps/usr/src/googletest" ]]; then
+    # A prebuilt GoogleTest has the new ABI: every test would fail to link, not only the model's.
+    echo "LibTorch: $torch_prefix has the old C++ ABI and .gpudeps has no GoogleTest sources"
+    torch_why="old-ABI LibTorch without GoogleTest sources (.gpudeps)"
+    torch_prefix="" torch_args=()
+  elif [[ "$abi" == 0 ]]; then
     torch_args+=(-DCMAKE_CXX_FLAGS="-D_GLIBCXX_USE_CXX11_ABI=0"
                  -DCMAKE_CUDA_FLAGS="-Xcompiler=-D_GLIBCXX_USE_CXX11_ABI=0")
   fi
-  echo "LibTorch: $torch_prefix (C++ ABI $abi)"
+  [[ -n "$torch_prefix" ]] && echo "LibTorch: $torch_prefix (C++ ABI $abi)"
 else
   echo "LibTorch: no CUDA PyTorch here; the model's CUDA test is not built"
 fi
@@ -129,7 +143,7 @@ elif [[ ${#torch_args[@]} -gt 0 ]]; then
     configured=1
     tail -30 "$LOGS/configure-torch.log"
     row configure_torch "FAILED" "LibTorch's config: see configure-torch.log; built without it"
-    torch_prefix="" torch_args=()
+    torch_prefix="" torch_args=() torch_why="LibTorch's config failed (configure-torch.log)"
   fi
 fi
 if [[ $configured -eq 0 ]]; then
@@ -196,6 +210,27 @@ else
   row nccl_test "skipped" "$ngpu GPU: NCCL refuses two ranks on one GPU"
 fi
 
+# A benchmark: its own table and targets go to the log; the row carries its target lines.
+bench() {
+  local name=$1 limit=$2
+  if [[ ! -x "$bin/$name" ]]; then row "$name" "FAILED" "not built"; return; fi
+  echo "== $name ($(elapsed))"
+  tlimit "$limit" "$bin/$name" --json "$LOGS/$name.json" 2>&1 | tee "$LOGS/$name.log"
+  local rc=${PIPESTATUS[0]} figure
+  figure=$(grep -E ' (met|MISSED)$' "$LOGS/$name.log" | sed -E 's/ +/ /g' | paste -sd ';' -)
+  if [[ $rc -eq 0 ]]; then row "$name" "ok" "${figure:-no target line}"
+  else row "$name" "MISSED/FAILED (rc $rc)" "${figure:-no target line}"; fi
+}
+# The LibTorch-free benchmarks now, with the model's build (if still going) paused: they time an
+# idle host, and their time does not depend on how long that build takes.
+paused=0
+if [[ -n "${model_build_pid:-}" ]] && kill -0 "$model_build_pid" 2> /dev/null; then
+  pkill -STOP -s "$model_build_pid" 2> /dev/null && paused=1
+fi
+bench bench_lora_cuda 90
+bench bench_adapter_ipc 90
+[[ $paused -eq 1 ]] && pkill -CONT -s "$model_build_pid" 2> /dev/null
+
 if [[ -n "${model_build_pid:-}" ]]; then
   echo "== waiting for the model's build ($(elapsed))"
   wait "$model_build_pid"
@@ -209,19 +244,6 @@ if [[ -n "${model_build_pid:-}" ]]; then
   fi
 fi
 
-# A benchmark: its own table and targets go to the log; the row carries its target lines.
-bench() {
-  local name=$1 limit=$2
-  if [[ ! -x "$bin/$name" ]]; then row "$name" "FAILED" "not built"; return; fi
-  echo "== $name ($(elapsed))"
-  tlimit "$limit" "$bin/$name" --json "$LOGS/$name.json" 2>&1 | tee "$LOGS/$name.log"
-  local rc=${PIPESTATUS[0]} figure
-  figure=$(grep -E ' (met|MISSED)$' "$LOGS/$name.log" | sed -E 's/ +/ /g' | paste -sd ';' -)
-  if [[ $rc -eq 0 ]]; then row "$name" "ok" "${figure:-no target line}"
-  else row "$name" "MISSED/FAILED (rc $rc)" "${figure:-no target line}"; fi
-}
-bench bench_lora_cuda 90
-bench bench_adapter_ipc 90
 # The model on the GPU against the CPU (built against the host PyTorch's LibTorch), then the
 # GPU's stage costs as the simulator's profile: `marlaas bench sim --calibrate RUN --profile
 # gpu_profile.json` projects with it.
@@ -240,6 +262,6 @@ if [[ -n "$torch_prefix" ]]; then
     row bench_model_profile "FAILED" "not built"
   fi
 else
-  row model_cuda_test "skipped" "no CUDA PyTorch (LibTorch) on this host"
+  row model_cuda_test "skipped" "$torch_why"
 fi
 exit 0  # the status comes from the rows (finish)

@@ -133,6 +133,9 @@ TEST_F(CudaAdapterStoreTest, ReaderCopiesOnlyWholeFinishedAdaptersAcrossProcesse
   const pid_t writer = children.Fork([&] {
     Attached w = AttachWithBuffer(name, bytes);
     if (!w.ok()) return 10;
+    // The 200 versions take about a second: a reader whose CUDA start-up took as long would see
+    // only the last few.
+    if (!WaitForFlag(sh->reader_ready)) return 14;
     uint64_t v = 1;
     for (; v <= 200 && sh->stop.load() == 0; ++v) {
       if (!WriteVersion(*w.store, v)) return 11;
@@ -149,6 +152,7 @@ TEST_F(CudaAdapterStoreTest, ReaderCopiesOnlyWholeFinishedAdaptersAcrossProcesse
   const pid_t reader = children.Fork([&] {
     Attached r = AttachWithBuffer(name, bytes);
     if (!r.ok()) return 20;
+    sh->reader_ready.store(1);
     AdapterStore* store = &*r.store;
     void* dst = r.dst;
     std::vector<unsigned char> host(bytes);
