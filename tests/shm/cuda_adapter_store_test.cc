@@ -86,9 +86,10 @@ struct Attached {
   bool ok() const { return store.has_value() && dst != nullptr; }
 };
 
-Attached AttachWithBuffer(const std::string& name, uint64_t bytes) {
+Attached AttachWithBuffer(const std::string& name, uint64_t bytes,
+                          const CudaIpcOptions& options = {}) {
   Attached a;
-  auto store = AdapterStore::Attach(name, CudaIpcMemory());
+  auto store = AdapterStore::Attach(name, CudaIpcMemory(options));
   if (!store.ok()) return a;
   a.store.emplace(std::move(*store));
   if (cudaMalloc(&a.dst, bytes) != cudaSuccess) a.dst = nullptr;
@@ -310,12 +311,11 @@ TEST_F(CudaAdapterStoreTest, ACopyWaitingOnAStuckWriterGivesUpWithinItsBound) {
   const pid_t reader = children.Fork([&] {
     CudaIpcOptions o;
     o.copy_timeout_ms = 300;
-    auto store = AdapterStore::Attach(name, CudaIpcMemory(o));
-    void* dst = nullptr;
-    if (!store.ok() || cudaMalloc(&dst, bytes) != cudaSuccess) return 20;
+    Attached r = AttachWithBuffer(name, bytes, o);
+    if (!r.ok()) return 20;
     if (!WaitForFlag(sh->writer_ready)) return 21;
     const auto t0 = std::chrono::steady_clock::now();
-    auto got = store->ReadLatest(0, dst, bytes, Deadline::AfterMs(5000));
+    auto got = r.store->ReadLatest(0, r.dst, bytes, Deadline::AfterMs(5000));
     const double waited =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     sh->reader_done.store(1);
