@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -36,6 +37,33 @@ Result<json> FileEntry(const std::string& path) {
   return json{{"bytes", bytes.size()}, {"checksum", pipeline::CheckpointChecksum(bytes)}};
 }
 
+// What every state the trainer writes satisfies: its folder's name holds its steps and retired
+// groups (CheckpointName), and its version stays clear of the store's limit (published shifted
+// by one bit).
+Status CheckCounters(const std::string& dir, const CheckpointState& s) {
+  auto bad = [&](const std::string& why) {
+    return Status(StatusCode::kCorrupt, dir + "/state.json: " + why);
+  };
+  const std::string name = fs::path(dir).filename().string();
+  unsigned long long steps = 0, retired = 0;
+  const int fields = std::sscanf(name.c_str(), "step-%llu-%llu", &steps, &retired);
+  if (fields >= 1 && steps != s.steps) {
+    return bad("'steps' is " + std::to_string(s.steps) + ", its folder says " +
+               std::to_string(steps));
+  }
+  if (fields == 2 && retired != s.groups_trained + s.groups_dropped) {
+    return bad("'groups_trained' + 'groups_dropped' is " +
+               std::to_string(s.groups_trained + s.groups_dropped) + ", its folder says " +
+               std::to_string(retired));
+  }
+  if (s.version >= (uint64_t(1) << 62)) {
+    return bad("'version' " + std::to_string(s.version) + " is past the store's limit, 2^62");
+  }
+  if (s.groups_degenerate > s.groups_trained) return bad("more degenerate groups than trained");
+  if (!std::isfinite(s.last_reward_mean)) return bad("'last_reward_mean' is not finite");
+  return Status::Ok();
+}
+
 // Loads one checkpoint folder; any mismatch names the file.
 Result<LoadedCheckpoint> LoadOne(
     const std::string& dir, const model::BaseWeights& base,
@@ -51,14 +79,22 @@ Result<LoadedCheckpoint> LoadOne(
   out.dir = dir;
   MARLAAS_ASSIGN_OR_RETURN(out.adapter, model::LoraAdapter::ImportPeft(dir, base));
   try {
+    // get<uint64_t>() wraps a negative number round: -5 steps would read as a finished tenant.
+    auto counter = [&](const char* key) {
+      const json& v = st.at(key);
+      if (!v.is_number_unsigned())
+        throw std::runtime_error(std::string("'") + key + "' is not a whole number >= 0");
+      return v.get<uint64_t>();
+    };
     CheckpointState& s = out.state;
-    s.version = st.at("version").get<uint64_t>();
-    s.steps = st.at("steps").get<uint64_t>();
-    s.groups_trained = st.at("groups_trained").get<uint64_t>();
-    s.groups_dropped = st.at("groups_dropped").get<uint64_t>();
-    s.groups_degenerate = st.at("groups_degenerate").get<uint64_t>();
-    s.data_cursor = st.at("data_cursor").get<uint64_t>();
+    s.version = counter("version");
+    s.steps = counter("steps");
+    s.groups_trained = counter("groups_trained");
+    s.groups_dropped = counter("groups_dropped");
+    s.groups_degenerate = counter("groups_degenerate");
+    s.data_cursor = counter("data_cursor");
     s.last_reward_mean = st.at("last_reward_mean").get<double>();
+    MARLAAS_RETURN_IF_ERROR(CheckCounters(dir, s));
     if (st.contains("retired_ranges")) {
       if (!s.retired_groups.FromRanges(
               st["retired_ranges"].get<std::vector<std::pair<uint64_t, uint64_t>>>()))

@@ -1,6 +1,7 @@
 // Trainer checkpoints: a save/load round trip restores the adapter, the AdamW moments and every
-// counter exactly; a truncated or altered newest checkpoint is reported by file name and the
-// previous one is loaded instead; with none loadable the error names them all.
+// counter exactly; a truncated or altered newest checkpoint, or one whose state.json holds values
+// the trainer never writes, is reported by file name and the previous one is loaded instead;
+// with none loadable the error names them all.
 #include "procs/trainer/checkpoint.h"
 
 #include <gtest/gtest.h>
@@ -309,6 +310,46 @@ TEST_F(CheckpointTest, RetiredGroupsAreRangesAndTheOldListStillLoads) {
   ASSERT_FALSE(loaded.ok());
   EXPECT_NE(loaded.status().message().find("runs backwards"), std::string::npos)
       << loaded.status().ToString();
+}
+
+// state.json parses, but a value in it is one the trainer never writes: the checkpoint is set
+// aside by name like a damaged one. (A negative count used to wrap round: "steps": -5 read as
+// 2^64 - 5, and the tenant was taken for finished.)
+TEST_F(CheckpointTest, ImpossibleCountersInStateJsonAreADamagedCheckpoint) {
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> edits = {
+      {[](nlohmann::json& st) { st["steps"] = -5; }, "'steps' is not a whole number >= 0"},
+      {[](nlohmann::json& st) { st["steps"] = 5000; }, "'steps' is 5000, its folder says 4"},
+      {[](nlohmann::json& st) { st["version"] = -3; }, "'version' is not a whole number >= 0"},
+      {[](nlohmann::json& st) { st["version"] = 1ull << 62; }, "past the store's limit"},
+      {[](nlohmann::json& st) { st["data_cursor"] = -1; }, "'data_cursor' is not a whole number"},
+      {[](nlohmann::json& st) { st["groups_trained"] = 9; },
+       "'groups_trained' + 'groups_dropped' is 9, its folder says 8"},
+      {[](nlohmann::json& st) { st["groups_degenerate"] = 99; }, "more degenerate groups"},
+      {[](nlohmann::json& st) { st["steps"] = 4.5; }, "'steps' is not a whole number >= 0"},
+  };
+  for (const auto& [edit, why] : edits) {
+    fs::remove_all(dir_);
+    for (uint64_t steps : {2, 4}) {
+      Trained t = MakeTrained(*base_, int(steps));
+      CheckpointState s;
+      s.steps = steps;
+      s.version = steps + 1;
+      s.groups_trained = 2 * steps;
+      ASSERT_TRUE(SaveCheckpoint(dir_, t.adapter, *t.opt, s).ok());
+    }
+    const std::string state = dir_ + "/checkpoints/step-00000004-000000000008/state.json";
+    nlohmann::json st = nlohmann::json::parse(std::ifstream(state));
+    edit(st);
+    { std::ofstream(state) << st.dump(); }
+    std::unique_ptr<torch::optim::AdamW> opt;
+    auto loaded = LoadLatestCheckpoint(dir_, *base_, OptimizerInto(&opt));
+    ASSERT_TRUE(loaded.ok()) << why << ": " << loaded.status().ToString();
+    EXPECT_EQ(loaded->state.steps, 2u) << why;
+    ASSERT_EQ(loaded->skipped.size(), 1u) << why;
+    EXPECT_NE(loaded->skipped[0].find("step-00000004-000000000008/state.json"), std::string::npos)
+        << loaded->skipped[0];
+    EXPECT_NE(loaded->skipped[0].find(why), std::string::npos) << loaded->skipped[0];
+  }
 }
 
 TEST_F(CheckpointTest, KeepsOnlyTheTwoNewest) {
