@@ -154,6 +154,9 @@ Status ValidateJobSpec(const pb::JobSpec& s) {
       return FieldError("verifier.files", std::to_string(bytes) + " bytes, more than the " +
                                               std::to_string(kMaxVerifierFileBytes) + " allowed");
     }
+  } else if (s.dataset().has_jsonl_path() && !s.dataset().jsonl_path().empty()) {
+    return FieldError("dataset.jsonl_path", "only task 'custom' reads a dataset file; '" +
+                                                s.task() + "' generates its own examples");
   } else if (s.verifier().files_size() != 0) {
     return FieldError("verifier.files", "only task 'custom' takes verifier files");
   } else if (s.verifier().command_size() != 0) {

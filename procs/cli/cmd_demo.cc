@@ -88,36 +88,23 @@ pb::JobSpec DemoJob(int k, int steps) {
   return j;
 }
 
-bool ParseCount(const std::string& s, int lo, int hi, int* out) {
-  char* end = nullptr;
-  const long v = std::strtol(s.c_str(), &end, 10);
-  if (s.empty() || *end || v < lo || v > hi) return false;
-  *out = int(v);
-  return true;
-}
-
 }  // namespace
 
 int RunDemo(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
-  std::string state_dir = DefaultStateDir(), summary_path, tenants_s = "8", steps_s = "100",
-              threads_s = "1";
+  std::string state_dir = DefaultStateDir(), summary_path;
   TakeFlag(&args, "--state-dir", &state_dir);
   TakeFlag(&args, "--summary", &summary_path);
-  TakeFlag(&args, "--tenants", &tenants_s);
-  TakeFlag(&args, "--steps", &steps_s);
-  TakeFlag(&args, "--threads", &threads_s);
+  long long tenants = 8, steps = 100, threads = 1;
   double timeout_s = 3600;
-  if (!TakeNumber(&args, "demo", "--timeout-s", 1, 1e9, &timeout_s)) return 2;
+  if (!TakeInteger(&args, "demo", "--tenants", 1, 64, &tenants) ||
+      !TakeInteger(&args, "demo", "--steps", 1, 100000, &steps) ||
+      !TakeInteger(&args, "demo", "--threads", 1, 64, &threads) ||
+      !TakeNumber(&args, "demo", "--timeout-s", 1, 1e9, &timeout_s))
+    return 2;
   const bool weak = TakeSwitch(&args, "--allow-weak-sandbox");
   const bool quiet = TakeSwitch(&args, "--quiet");
   if (int rc = RejectRest("demo", args)) return rc;
-  int tenants = 0, steps = 0, threads = 0;
-  if (!ParseCount(tenants_s, 1, 64, &tenants) || !ParseCount(steps_s, 1, 100000, &steps) ||
-      !ParseCount(threads_s, 1, 64, &threads)) {
-    std::fprintf(stderr, "marlaas demo: --tenants takes 1-64, --steps >= 1, --threads >= 1\n");
-    return 2;
-  }
   // The summary's folder must exist before the minutes of training, unless it is inside the
   // state dir, which the demo makes.
   const auto inside = [](const std::string& path, const std::string& dir) {
@@ -150,11 +137,11 @@ int RunDemo(const std::vector<std::string>& argv) {
   o.service.stage.instance = "demo" + std::to_string(getpid());
   o.service.stage.state_dir = state_dir + "/runs/" + run_id;
   o.service.stage.model_dir = *model_dir;
-  o.service.stage.threads = threads;
+  o.service.stage.threads = int(threads);
   o.service.stage.allow_weak_sandbox = weak;
   o.timeout_s = timeout_s;
   o.quiet = quiet;
-  for (int k = 0; k < tenants; ++k) o.jobs.push_back(DemoJob(k, steps));
+  for (int k = 0; k < int(tenants); ++k) o.jobs.push_back(DemoJob(k, int(steps)));
 
   // Evaluations run on every core: they come before and after training, not during it.
   const int eval_workers = int(std::max(1u, std::thread::hardware_concurrency()));

@@ -22,32 +22,22 @@ void ProgressBar(const model::PretrainProgress& p) {
   if (p.step == p.steps) std::fprintf(stderr, "\n");
 }
 
-bool ParseInt(const std::string& s, long long* out) {
-  char* end = nullptr;
-  *out = std::strtoll(s.c_str(), &end, 10);
-  return !s.empty() && *end == '\0';
-}
-
 }  // namespace
 
 int RunPretrain(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
-  std::string out, seed_s = "0", steps_s, threads_s = "0";
+  std::string out;
   if (!TakeFlag(&args, "--out", &out)) {
     std::fprintf(stderr,
                  "usage: marlaas pretrain --out DIR [--seed N] [--steps N] [--threads N]\n");
     return 2;
   }
-  TakeFlag(&args, "--seed", &seed_s);
-  TakeFlag(&args, "--steps", &steps_s);
-  TakeFlag(&args, "--threads", &threads_s);
-  if (int rc = RejectRest("pretrain", args)) return rc;
-  long long seed = 0, steps = 0, threads = 0;
-  if (!ParseInt(seed_s, &seed) || seed < 0 || !ParseInt(threads_s, &threads) ||
-      (!steps_s.empty() && (!ParseInt(steps_s, &steps) || steps < 1))) {
-    std::fprintf(stderr, "marlaas pretrain: --seed, --steps and --threads take whole numbers\n");
+  long long seed = 0, steps = 0, threads = 0;  // 0: the default steps; threads as MARLAAS_THREADS
+  if (!TakeInteger(&args, "pretrain", "--seed", 0, 1ll << 62, &seed) ||
+      !TakeInteger(&args, "pretrain", "--steps", 1, 10'000'000, &steps) ||
+      !TakeInteger(&args, "pretrain", "--threads", 1, 256, &threads))
     return 2;
-  }
+  if (int rc = RejectRest("pretrain", args)) return rc;
   model::SetComputeThreads(int(threads));
   model::PretrainOptions o;
   o.out_dir = out;

@@ -29,29 +29,13 @@ int RunTasks(const std::vector<std::string>& argv) {
   const bool held_out = TakeSwitch(&args, "--held-out");
   if (int rc = RejectRest("tasks", args)) return rc;
   if (!check.empty()) {
-    std::ifstream in(check);
-    if (!in) {
-      std::fprintf(stderr, "marlaas tasks: cannot open %s\n", check.c_str());
-      return 2;
-    }
-    size_t line_no = 0, examples = 0;
-    for (std::string line; std::getline(in, line);) {
-      ++line_no;
-      if (line.empty()) continue;
-      auto e = tasks::FromJsonl(line);
-      if (!e.ok()) {
-        std::fprintf(stderr, "marlaas tasks: %s line %zu: %s\n", check.c_str(), line_no,
-                     e.status().message().c_str());
-        return 1;
-      }
-      ++examples;
-    }
-    std::printf("%s: %zu examples\n", check.c_str(), examples);
-    if (examples == 0) {
-      std::fprintf(stderr, "marlaas tasks: %s holds no example (one JSON object per line)\n",
-                   check.c_str());
+    auto rows = pipeline::ReadDataset(check);
+    if (!rows.ok()) {
+      std::fprintf(stderr, "marlaas tasks: %s\n", rows.status().message().c_str());
       return 1;
     }
+    const size_t examples = rows->size();
+    std::printf("%s: %zu examples\n", check.c_str(), examples);
     // A custom tenant holds out its first dataset.eval_prompts rows (default 64) and needs more.
     if (examples <= 64) {
       std::printf(

@@ -5,19 +5,13 @@
 
 namespace marlaas::pipeline {
 
-Result<std::unique_ptr<TaskSource>> TaskSource::ForJob(const pb::JobSpec& spec) {
-  auto s = std::make_unique<TaskSource>();
-  s->spec_ = spec;
-  if (spec.task() != "custom") {
-    MARLAAS_ASSIGN_OR_RETURN(s->task_, tasks::MakeTask(spec.task()));
-    return s;
-  }
-  const std::string& path = spec.dataset().jsonl_path();
+Result<std::vector<tasks::TaskExample>> ReadDataset(const std::string& path) {
   Result<std::string> text = ReadFile(path);
   if (!text.ok())
     return Status(text.status().code(),
                   "dataset " + path + " cannot be read: " + text.status().message());
   // Line by line out of the text read (no second copy of a large dataset).
+  std::vector<tasks::TaskExample> rows;
   size_t n = 0;
   for (size_t at = 0; at < text->size();) {
     size_t end = text->find('\n', at);
@@ -28,10 +22,24 @@ Result<std::unique_ptr<TaskSource>> TaskSource::ForJob(const pb::JobSpec& spec) 
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     auto e = tasks::FromJsonl(line);
     if (!e.ok()) return e.status().Annotate(path + ":" + std::to_string(n));
-    s->rows_.push_back(std::move(*e));
+    rows.push_back(std::move(*e));
   }
-  if (s->rows_.empty())
-    return Status(StatusCode::kInvalidArgument, "dataset " + path + " is empty");
+  if (rows.empty()) {
+    return Status(StatusCode::kInvalidArgument,
+                  "dataset " + path + " is empty (it needs one JSON object per line)");
+  }
+  return rows;
+}
+
+Result<std::unique_ptr<TaskSource>> TaskSource::ForJob(const pb::JobSpec& spec) {
+  auto s = std::make_unique<TaskSource>();
+  s->spec_ = spec;
+  if (spec.task() != "custom") {
+    MARLAAS_ASSIGN_OR_RETURN(s->task_, tasks::MakeTask(spec.task()));
+    return s;
+  }
+  const std::string& path = spec.dataset().jsonl_path();
+  MARLAAS_ASSIGN_OR_RETURN(s->rows_, ReadDataset(path));
   // The first eval_prompts rows are held out; with no row left to train on, the held-out reward
   // would be measured on the training prompts (it once was, silently).
   const size_t eval = spec.dataset().eval_prompts();

@@ -17,6 +17,11 @@
 
 namespace marlaas::pipeline {
 
+// The examples of a JSONL dataset file, blank lines skipped. A file that is missing, not a
+// regular file (a folder, a pipe, a device), holds a line that is not an example (named as
+// path:line), or holds none, is refused by name. What `submit` and `tasks --check` both read.
+Result<std::vector<tasks::TaskExample>> ReadDataset(const std::string& path);
+
 class TaskSource {
  public:
   static Result<std::unique_ptr<TaskSource>> ForJob(const pb::JobSpec& spec);

@@ -69,11 +69,19 @@ TEST(TasksCliTest, BadInputIsNamed) {
                       << "\n{oops\n";
   auto r = RunMarlaas("tasks --check " + file);
   EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.output.find("line 2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bad.jsonl:2"), std::string::npos) << r.output;
   std::ofstream(dir.path() + "/empty.jsonl") << "\n";
   r = RunMarlaas("tasks --check " + dir.path() + "/empty.jsonl");
   EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.output.find("holds no example"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("empty.jsonl is empty"), std::string::npos) << r.output;
+  // Read as a custom tenant's dataset is: a folder or a device is refused, not read (/dev/zero
+  // was read until memory ran out).
+  r = RunMarlaas("tasks --check " + dir.path());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("is a folder, not a file"), std::string::npos) << r.output;
+  r = RunMarlaas("tasks --check /dev/zero");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("/dev/zero is not a regular file"), std::string::npos) << r.output;
   r = RunMarlaas("tasks --task chess");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("arithmetic countdown python_functions calculator_tool"),

@@ -85,6 +85,11 @@ TEST(JobSpecTest, BadNamesTasksAndTargetsAreRefused) {
   EXPECT_NE(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "verifier": {"command": ["x"]}})")
                 .find("'verifier.command'"),
             std::string::npos);
+  // A built-in task generates its examples: a dataset file beside it was silently ignored.
+  EXPECT_NE(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "dataset": {"jsonl_path": "/d"}})")
+                .find("field 'dataset.jsonl_path': only task 'custom' reads a dataset file; "
+                      "'arithmetic' generates its own examples"),
+            std::string::npos);
   // The sandbox has no search path: a bare program name would fail every group at run time.
   EXPECT_NE(ErrorOf(R"({"tenant": "a", "task": "custom", "dataset": {"jsonl_path": "/d.jsonl"},
                         "verifier": {"command": ["python3", "v.py"]}})")
