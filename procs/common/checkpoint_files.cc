@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "base/file_util.h"
@@ -17,20 +18,28 @@ uint64_t CheckpointChecksum(const std::string& bytes) {
 Result<std::string> LatestCheckpointDir(const std::string& tenant_dir) {
   const std::string root = tenant_dir + "/checkpoints";
   auto latest = ReadFile(root + "/LATEST");
-  if (!latest.ok()) {
-    if (latest.status().code() == StatusCode::kNotFound)
-      return Status(StatusCode::kNotFound, "no checkpoint yet (" + root + "/LATEST)");
-    return latest.status();
-  }
-  std::string name = *latest;
+  std::string name = latest.ok() ? *latest : "";
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
   struct stat st {};
-  if (name.empty() || name.find('/') != std::string::npos || name == "." || name == ".." ||
-      ::stat((root + "/" + name).c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return Status(StatusCode::kCorrupt,
-                  root + "/LATEST names '" + name + "', which is not a checkpoint folder there");
+  if (latest.ok() && !name.empty() && name.find('/') == std::string::npos && name != "." &&
+      name != ".." && ::stat((root + "/" + name).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return root + "/" + name;
   }
-  return root + "/" + name;
+  // LATEST missing or naming no folder: the newest complete folder (it has its state.json), the
+  // one the trainer resumes from when it loads.
+  std::string newest;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("step-", 0) == 0 && n > newest && FileExists(root + "/" + n + "/state.json"))
+      newest = n;
+  }
+  if (!newest.empty()) return root + "/" + newest;
+  if (!latest.ok() && latest.status().code() == StatusCode::kNotFound)
+    return Status(StatusCode::kNotFound, "no checkpoint yet (" + root + "/LATEST)");
+  if (!latest.ok()) return latest.status();
+  return Status(StatusCode::kCorrupt,
+                root + "/LATEST names '" + name + "', which is not a checkpoint folder there");
 }
 
 Result<std::string> ReadCheckedCheckpointFile(const std::string& dir, const std::string& name) {

@@ -14,8 +14,10 @@ namespace marlaas::pipeline {
 // The checksum state.json records for a checkpoint file's bytes.
 uint64_t CheckpointChecksum(const std::string& bytes);
 
-// <tenant_dir>/checkpoints/<the name LATEST holds>. kNotFound when there is no LATEST (no
-// checkpoint yet); kCorrupt, naming LATEST, when it names no checkpoint folder.
+// <tenant_dir>/checkpoints/<the name LATEST holds>; when LATEST is missing or names no folder,
+// the newest complete step-* folder (the one a trainer's load tries first). kNotFound when there
+// is neither (no checkpoint yet); kCorrupt, naming LATEST, when it names no folder and there is
+// none to fall back on.
 Result<std::string> LatestCheckpointDir(const std::string& tenant_dir);
 
 // The file `name` of the checkpoint folder `dir`, checked against dir/state.json: kCorrupt

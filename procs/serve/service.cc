@@ -655,7 +655,18 @@ Result<std::vector<std::string>> Service::ResumeTenants() {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(options_.stage.state_dir + "/tenants", ec)) {
     const std::string dir = entry.path().string(), id = entry.path().filename().string();
-    if (!fs::exists(dir + "/job.json") || fs::exists(dir + "/state")) continue;
+    if (fs::exists(dir + "/state")) continue;
+    if (!fs::exists(dir + "/job.json")) {
+      // A refused admission may leave a folder without one; a tenant that trained has
+      // checkpoints, which are not lost silently.
+      if (fs::exists(dir + "/checkpoints")) {
+        std::fprintf(stderr,
+                     "[serve] tenant %s not resumed: %s/job.json is missing (its checkpoints "
+                     "stay on disk)\n",
+                     id.c_str(), dir.c_str());
+      }
+      continue;
+    }
     if (table_->Find(id).ok()) continue;
     auto job = LoadJobSpecFile(dir + "/job.json");
     if (!job.ok()) {

@@ -658,8 +658,9 @@ TEST_F(PipelineTest, KillNineOfServeThenRestartResumesEveryTenant) {
 }
 
 // export writes only a checkpoint that matches its record, and only into a new or empty folder
-// or an earlier export: a truncated adapter or a LATEST naming nothing is refused with the file
-// named and nothing written, and a folder holding other files is left as it was.
+// or an earlier export: a truncated adapter is refused with the file named and nothing written;
+// a LATEST naming nothing falls back to the newest complete folder, or with none is named; and a
+// folder holding other files is left as it was.
 TEST_F(PipelineTest, ExportRefusesADamagedCheckpointAndAFolderOfOtherFiles) {
   StartService();
   auto tokens = serve::Tokens::Open(state_dir_);
@@ -686,15 +687,24 @@ TEST_F(PipelineTest, ExportRefusesADamagedCheckpointAndAFolderOfOtherFiles) {
   std::string latest = ReadAll(ckpts + "/LATEST");
   latest = latest.substr(0, latest.find('\n'));
   const std::string weights = ckpts + "/" + latest + "/adapter_model.safetensors";
-  const auto size = fs::file_size(weights);
-  fs::resize_file(weights, size / 2);
+  const std::string intact = ReadAll(weights);
+  fs::resize_file(weights, intact.size() / 2);
   r = exporting(state_dir_ + "/damaged");
   EXPECT_FALSE(r.ok());
   EXPECT_NE(r.error().find(weights + " does not match its recorded size/checksum"),
             std::string::npos)
       << r.error();
   EXPECT_FALSE(fs::exists(state_dir_ + "/damaged"));
+  // A LATEST naming no folder: the newest complete folder is exported, the one a trainer would
+  // resume from (it used to be refused while good checkpoints lay beside it).
+  std::ofstream(weights, std::ios::binary | std::ios::trunc) << intact;
   ASSERT_TRUE(WriteFileAtomically(ckpts + "/LATEST", "step-gone\n").ok());
+  r = exporting(state_dir_ + "/fallback");
+  EXPECT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(ReadAll(state_dir_ + "/fallback/adapter_model.safetensors"), intact);
+  // With no folder to fall back on, LATEST is named.
+  for (const auto& e : fs::directory_iterator(ckpts))
+    if (e.path().filename().string().rfind("step-", 0) == 0) fs::remove_all(e.path());
   r = exporting(state_dir_ + "/damaged");
   EXPECT_FALSE(r.ok());
   EXPECT_NE(r.error().find("LATEST names 'step-gone', which is not a checkpoint folder"),

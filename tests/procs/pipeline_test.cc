@@ -1047,7 +1047,7 @@ TEST_F(PipelineTest, ATenantTheRolloutCannotServeIsFailedWithTheReason) {
 }
 
 // A restarted service with fewer rows than unfinished tenants on disk resumes the ones that fit
-// and leaves the rest on disk, instead of refusing to start.
+// and leaves the rest on disk, instead of refusing to start; one it cannot resume is named.
 TEST_F(PipelineTest, ResumingMoreTenantsThanFitResumesWhatFitsAndKeepsTheRest) {
   max_tenants_ = 1;
   StartService();
@@ -1061,7 +1061,18 @@ TEST_F(PipelineTest, ResumingMoreTenantsThanFitResumesWhatFitsAndKeepsTheRest) {
   lost.mutable_verifier()->add_command("/bin/true");
   fs::create_directories(TenantDir("lost"));
   std::ofstream(TenantDir("lost") + "/job.json") << JobSpecToJson(lost);
+  // One that trained and lost its job.json is named (it was skipped without a word); a folder a
+  // refused admission left is not.
+  fs::create_directories(TenantDir("orphan") + "/checkpoints");
+  fs::create_directories(TenantDir("refused"));
+  ::testing::internal::CaptureStderr();
   auto resumed = service_->ResumeTenants();
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("tenant orphan not resumed: " + TenantDir("orphan") +
+                      "/job.json is missing (its checkpoints stay on disk)"),
+            std::string::npos)
+      << said;
+  EXPECT_EQ(said.find("refused"), std::string::npos) << said;
   ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
   const std::string state = ReadAll(TenantDir("lost") + "/state");
   EXPECT_EQ(state.rfind("failed: not resumed", 0), 0u) << state;
