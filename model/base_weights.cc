@@ -1,6 +1,7 @@
 #include "model/base_weights.h"
 
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "base/file_util.h"
 #include "model/tensor_io.h"
@@ -70,6 +71,22 @@ class TensorSource {
     return CheckWeightDType(v, What(name));
   }
   bool Has(const std::string& name) const { return where_.count(name) != 0; }
+  // After a lookup of every tensor the config asks for: a layer tensor it did not ask for means
+  // config.json describes another model (fewer layers, no q/k/v biases), which would run on part
+  // of the weights. Other leftovers are left (an untied lm_head beside tied embeddings, rotary
+  // inv_freq buffers of older checkpoints).
+  Status CheckNoLayerLeftOver(const ModelConfig& c) const {
+    for (const auto& [name, file] : where_) {
+      if (used_.count(name) || name.rfind("model.layers.", 0) != 0) continue;
+      if (name.size() >= 9 && name.compare(name.size() - 9, 9, ".inv_freq") == 0) continue;
+      return Status(StatusCode::kInvalidArgument,
+                    "tensor '" + name + "' in " + file->path() +
+                        " is not part of the model config.json describes (model_type " +
+                        c.model_type + ", num_hidden_layers " + std::to_string(c.num_layers) +
+                        "): config.json does not match the weights");
+    }
+    return Status::Ok();
+  }
   std::vector<std::shared_ptr<const SafetensorsFile>> files_;
 
  private:
@@ -80,6 +97,7 @@ class TensorSource {
     auto it = where_.find(name);
     if (it == where_.end())
       return Status(StatusCode::kNotFound, "checkpoint has no tensor '" + name + "'");
+    used_.insert(name);
     MARLAAS_ASSIGN_OR_RETURN(TensorView v, it->second->Get(name));
     if (v.shape != shape) {
       std::string want, got;
@@ -92,6 +110,7 @@ class TensorSource {
   }
 
   std::map<std::string, const SafetensorsFile*> where_;
+  mutable std::set<std::string> used_;  // names looked up
 };
 
 }  // namespace
@@ -142,6 +161,7 @@ Result<std::shared_ptr<const BaseWeights>> BaseWeights::Load(const std::string& 
       FromLookup(config, [&](const std::string& name, std::vector<int64_t> shape) {
         return src.Get(name, std::move(shape));
       }));
+  MARLAAS_RETURN_IF_ERROR(src.CheckNoLayerLeftOver(config));
   w->files = std::move(src.files_);
   return std::shared_ptr<const BaseWeights>(std::move(w));
 }
@@ -150,13 +170,14 @@ Status BaseWeights::Check(const std::string& dir) {
   MARLAAS_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::Load(dir));
   TensorSource src;
   MARLAAS_RETURN_IF_ERROR(src.Open(dir));
-  return FromLookup(
-             config,
-             [&](const std::string& name, std::vector<int64_t> shape) -> Result<torch::Tensor> {
-               MARLAAS_RETURN_IF_ERROR(src.Check(name, std::move(shape)));
-               return torch::Tensor();  // FromLookup only stores what it gets
-             })
-      .status();
+  MARLAAS_RETURN_IF_ERROR(
+      FromLookup(config,
+                 [&](const std::string& name, std::vector<int64_t> shape) -> Result<torch::Tensor> {
+                   MARLAAS_RETURN_IF_ERROR(src.Check(name, std::move(shape)));
+                   return torch::Tensor();  // FromLookup only stores what it gets
+                 })
+          .status());
+  return src.CheckNoLayerLeftOver(config);
 }
 
 std::shared_ptr<BaseWeights> BaseWeights::Random(const ModelConfig& c, uint64_t seed,

@@ -67,6 +67,11 @@ Result<ModelConfig> ModelConfig::FromJson(const std::string& text) {
   if (auto rs = j.find("rope_scaling"); rs != j.end() && !rs->is_null()) {
     return Bad("rope_scaling is not supported");
   }
+  // Both families' MLP is SwiGLU: another activation would be run as SiLU without a word.
+  if (auto act = j.find("hidden_act"); act != j.end()) {
+    if (!act->is_string() || act->get<std::string>() != "silu")
+      return Bad("hidden_act " + act->dump() + " is not supported (\"silu\")");
+  }
   if (auto t = j.find("tie_word_embeddings"); t != j.end() && t->is_boolean()) {
     c.tie_word_embeddings = t->get<bool>();
   }

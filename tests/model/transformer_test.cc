@@ -129,6 +129,33 @@ TEST(TransformerTest, MissingOrMisshapenCheckpointsAreRefusedByName) {
       std::string::npos)
       << missing.status().message();
   EXPECT_EQ(BaseWeights::Check(dir).message(), missing.status().message());
+  // A config with fewer layers than the weights hold: it would run on part of them.
+  ASSERT_TRUE(system(("cp " + kData + "/llama/model.safetensors " + dir).c_str()) == 0 &&
+              WriteFileAtomically(dir + "/config.json",
+                                  [&] {
+                                    auto fewer = *ModelConfig::Load(kData + "/llama");
+                                    fewer.num_layers -= 1;
+                                    return fewer.ToJson();
+                                  }())
+                  .ok());
+  auto fewer = BaseWeights::Load(dir);
+  ASSERT_FALSE(fewer.ok());
+  EXPECT_NE(fewer.status().message().find("tensor 'model.layers." +
+                                          std::to_string(cfg.num_layers - 1) + "."),
+            std::string::npos)
+      << fewer.status().message();
+  EXPECT_NE(fewer.status().message().find("config.json does not match the weights"),
+            std::string::npos)
+      << fewer.status().message();
+  EXPECT_EQ(BaseWeights::Check(dir).message(), fewer.status().message());
+  // An activation the model does not run.
+  auto relu = nlohmann::json::parse(*ReadFile(kData + "/llama/config.json"));
+  relu["hidden_act"] = "relu";
+  ASSERT_TRUE(WriteFileAtomically(dir + "/config.json", relu.dump()).ok());
+  auto act = BaseWeights::Load(dir);
+  ASSERT_FALSE(act.ok());
+  EXPECT_NE(act.status().message().find("hidden_act \"relu\" is not supported"), std::string::npos)
+      << act.status().message();
   ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
 }
 
