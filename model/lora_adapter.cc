@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "base/file_util.h"
 #include "model/tensor_io.h"
@@ -182,6 +183,7 @@ Result<LoraAdapter> LoraAdapter::ImportPeft(const std::string& dir, const BaseWe
   MARLAAS_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(dir + "/adapter_model.safetensors"));
   a.flat_ = torch::zeros({int64_t(a.layout_.NumElements())});
   torch::NoGradGuard no_grad;
+  std::set<std::string> read;
   for (int l = 0; l < int(a.layout_.num_layers); ++l) {
     for (int t = 0; t < kNumLoraTargets; ++t) {
       if (!a.has(LoraTarget(t))) continue;
@@ -195,8 +197,20 @@ Result<LoraAdapter> LoraAdapter::ImportPeft(const std::string& dir, const BaseWe
           return BadPeft(dir, key + " has shape " + c10::str(src.sizes()) + ", expected " +
                                   c10::str(dst.sizes()));
         }
+        // A NaN would reach every completion of the tenant (it used to sample empty answers).
+        if (!torch::isfinite(src).all().item<bool>())
+          return BadPeft(dir, key + " holds a NaN or infinite value");
         dst.copy_(src);
+        read.insert(key);
       }
+    }
+  }
+  // Weights of modules adapter_config.json does not name would be dropped without a word.
+  for (const std::string& name : file->names()) {
+    if (!read.count(name)) {
+      return BadPeft(dir, "adapter_model.safetensors holds '" + name +
+                              "', which adapter_config.json's target_modules and the base's "
+                              "layers do not account for");
     }
   }
   return a;

@@ -260,6 +260,39 @@ TEST(LoraAdapterTest, IntegerWeightRefused) {
   ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
 }
 
+// Weights the config does not account for, and non-finite weights, are refused by name: a
+// target_modules list shorter than the file dropped the other modules' weights, and a NaN made
+// every completion empty, both without a word.
+TEST(LoraAdapterTest, LeftOverOrNonFiniteWeightsRefused) {
+  using nlohmann::json;
+  auto w = LoadOrDie(kData + "/llama");
+  ASSERT_TRUE(w);
+  const std::string dir = "/tmp/marlaas_leftpeft_" + std::to_string(getpid());
+  ASSERT_EQ(system(("mkdir -p " + dir + " && cp " + kData + "/llama/lora/* " + dir).c_str()), 0);
+  ASSERT_TRUE(LoraAdapter::ImportPeft(dir, *w).ok());
+  json cfg = json::parse(*ReadFile(kData + "/llama/lora/adapter_config.json"));
+  cfg["target_modules"] = {"q_proj"};
+  ASSERT_TRUE(WriteFileAtomically(dir + "/adapter_config.json", cfg.dump()).ok());
+  auto fewer = LoraAdapter::ImportPeft(dir, *w);
+  ASSERT_FALSE(fewer.ok());
+  EXPECT_NE(fewer.status().message().find("adapter_model.safetensors holds "
+                                          "'base_model.model.model.layers.0.mlp.down_proj.lora_A"),
+            std::string::npos)
+      << fewer.status().message();
+  ASSERT_EQ(system(("cp " + kData + "/llama/lora/adapter_config.json " + dir).c_str()), 0);
+  auto tensors = *LoadTensors(kData + "/llama/lora/adapter_model.safetensors");
+  const std::string key = "base_model.model.model.layers.1.mlp.up_proj.lora_B.weight";
+  ASSERT_TRUE(tensors.count(key));
+  tensors[key] = tensors[key].clone();
+  tensors[key].view(-1)[3] = std::nanf("");
+  ASSERT_TRUE(SaveTensors(dir + "/adapter_model.safetensors", tensors).ok());
+  auto nan = LoraAdapter::ImportPeft(dir, *w);
+  ASSERT_FALSE(nan.ok());
+  EXPECT_NE(nan.status().message().find(key + " holds a NaN or infinite value"), std::string::npos)
+      << nan.status().message();
+  ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
+}
+
 // adapter_config.json fields of the wrong JSON type or out of range: each is refused with
 // kInvalidArgument naming the field (they used to abort with a nlohmann type_error, or, for an r
 // above 2^32, be read truncated).
