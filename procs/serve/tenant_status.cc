@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "base/file_util.h"
 #include "base/utf8.h"
@@ -19,6 +20,32 @@ namespace fs = std::filesystem;
 std::string Trimmed(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
+}
+
+// The step, adapter version and reward of the tenant's last whole line of steps.jsonl (the
+// trainer appends one a step), into `s`; false when there is none.
+bool FiguresFromStepsLog(const std::string& dir, pb::TenantStatus* s) {
+  auto text = ReadFile(dir + "/steps.jsonl");
+  if (!text.ok()) return false;
+  size_t end = text->size();
+  while (end > 0) {
+    const size_t start = text->rfind('\n', end - 1);
+    const size_t from = start == std::string::npos ? 0 : start + 1;
+    const nlohmann::json line =
+        nlohmann::json::parse(text->substr(from, end - from), nullptr, false);
+    if (line.is_object() && line.contains("step") && line["step"].is_number_unsigned()) {
+      s->set_step(uint32_t(std::min<uint64_t>(line["step"].get<uint64_t>(), UINT32_MAX)));
+      if (line.contains("version") && line["version"].is_number_unsigned())
+        s->set_adapter_version(
+            uint32_t(std::min<uint64_t>(line["version"].get<uint64_t>(), UINT32_MAX)));
+      if (line.contains("reward_mean") && line["reward_mean"].is_number())
+        s->set_reward_mean(line["reward_mean"].get<double>());
+      return true;
+    }
+    if (start == std::string::npos) break;
+    end = start;
+  }
+  return false;
 }
 
 }  // namespace
@@ -88,6 +115,14 @@ std::vector<pb::TenantStatus> SettledTenantsOnDisk(const std::string& state_dir,
       if (colon != std::string::npos) s.set_reason(ValidUtf8(text.substr(colon + 2)));
       auto job = pipeline::LoadTenantJob(state_dir, id);
       if (job.ok()) s.set_task(job->task());
+      // The figures from the trainer's log instead of zeros that look like results; a damaged
+      // file (not one an older version never wrote) is said so.
+      const bool figures = FiguresFromStepsLog(dir, &s);
+      if (json.ok()) {
+        s.set_reason(s.reason() + (s.reason().empty() ? "" : "; ") + dir +
+                     "/status.json is damaged" +
+                     (figures ? ": step, reward and version are from steps.jsonl" : ""));
+      }
     }
     out.push_back(std::move(s));
   }

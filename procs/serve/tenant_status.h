@@ -23,7 +23,9 @@ Status WriteSettledStatus(const std::string& tenant_dir, const pb::TenantStatus&
 
 // The settled tenants of `state_dir` whose ids are not in `except` (those with rows), sorted by
 // id. A tenant with a final state but no readable status.json (written by an older version, or
-// torn by a crash of the machine) is reported with its state, reason and task only.
+// torn by a crash of the machine) is reported with its state, reason and task, and the step,
+// reward and adapter version of its last line of steps.jsonl; a status.json that is there but
+// cannot be read is named in its reason.
 std::vector<pb::TenantStatus> SettledTenantsOnDisk(const std::string& state_dir,
                                                    const std::set<std::string>& except);
 

@@ -344,6 +344,12 @@ TEST(SettledStatusTest, SettledTenantsAreReadBackFromTheStateDir) {
       << "{\"tenant\":\"legacy\",\"task\":\"arithmetic\"}";
   std::ofstream(dir + "/tenants/torn/state") << "stopped: stopped by its owner\n";
   std::ofstream(dir + "/tenants/torn/status.json") << "{\"id\": \"torn\", \"st";
+  std::ofstream(dir + "/tenants/torn/steps.jsonl")
+      << R"({"step": 6, "version": 7, "reward_mean": 0.25})"
+      << "\n"
+      << R"({"step": 7, "version": 8, "reward_mean": 0.5})"
+      << "\n"
+      << R"({"step": 8, "vers)";  // a line torn by a crash
   std::ofstream(dir + "/tenants/running/job.json") << "{}";
   std::ofstream(dir + "/tenants/skipped/state") << "finished\n";
 
@@ -359,7 +365,13 @@ TEST(SettledStatusTest, SettledTenantsAreReadBackFromTheStateDir) {
   EXPECT_EQ(all[1].task(), "arithmetic");
   EXPECT_EQ(all[2].id(), "torn");
   EXPECT_EQ(all[2].state(), "stopped");
-  EXPECT_EQ(all[2].reason(), "stopped by its owner");
+  // Not zeros that look like results: the last whole step, and the damage named.
+  EXPECT_EQ(all[2].step(), 7u);
+  EXPECT_EQ(all[2].adapter_version(), 8u);
+  EXPECT_DOUBLE_EQ(all[2].reward_mean(), 0.5);
+  EXPECT_EQ(all[2].reason(), "stopped by its owner; " + dir +
+                                 "/tenants/torn/status.json is damaged: step, reward and version "
+                                 "are from steps.jsonl");
 }
 
 // A reason quoting a verifier's stderr, or cut at a byte limit inside a character, is not valid
