@@ -25,7 +25,15 @@ Result<std::string> EnsureTinyBase(const std::string& state_dir, double* seconds
   const auto t0 = std::chrono::steady_clock::now();
   model::PretrainOptions o;
   o.out_dir = state_dir + "/models/tiny";
-  o.on_progress = [](const model::PretrainProgress& p) {
+  o.on_progress = [dir = o.out_dir, said = false](const model::PretrainProgress& p) mutable {
+    if (!said) {  // only when it trains: a cached base calls no progress
+      std::fprintf(stderr,
+                   "no tiny base in %s yet: pretraining it first (8-10 minutes on one core, "
+                   "once: it is cached there); --timeout-s counts from when the service "
+                   "starts\n",
+                   dir.c_str());
+      said = true;
+    }
     std::fprintf(stderr, "\rpretraining the tiny base: step %d/%d  loss %.3f ", p.step, p.steps,
                  double(p.loss));
     if (p.step == p.steps) std::fprintf(stderr, "\n");
