@@ -413,6 +413,18 @@ void Rollout::StartGroup(RolloutTenant* t) {
                           "') encodes to no tokens");
     return;
   }
+  // Past the positions the base was trained for, RoPE extrapolates: the answers would be
+  // noise, trained on without a word.
+  const size_t positions = prompt.size() + t->spec.sampling().max_new_tokens();
+  const size_t max_positions = size_t(model_.config().max_position_embeddings);
+  if (positions > max_positions) {
+    MarkUnservable(t, "prompt " + std::to_string(prompt_id) + " (id '" + example.id + "') is " +
+                          std::to_string(prompt.size()) + " tokens; with sampling.max_new_tokens " +
+                          std::to_string(t->spec.sampling().max_new_tokens()) + " it needs " +
+                          std::to_string(positions) + " positions, and the base model has " +
+                          std::to_string(max_positions) + " (max_position_embeddings)");
+    return;
+  }
   t->metrics.prompt_tokens += prompt.size();
   const int group_size = int(t->spec.group_size());
   g->remaining = group_size;

@@ -50,6 +50,22 @@ Result<uint64_t> EstimateTenantBytes(const pb::JobSpec& spec, const std::string&
   return 28 * params + kv_cache + activations;
 }
 
+Status CheckFitsBasePositions(const pb::JobSpec& spec, const std::string& model_dir) {
+  MARLAAS_ASSIGN_OR_RETURN(std::string text, ReadFile(model_dir + "/config.json"));
+  const auto c = nlohmann::json::parse(text, nullptr, false);
+  if (!c.is_object()) return Status(StatusCode::kCorrupt, model_dir + "/config.json is not JSON");
+  uint64_t positions = 2048;  // model::ModelConfig's default when config.json has none
+  if (c.contains("max_position_embeddings") && c["max_position_embeddings"].is_number_unsigned())
+    positions = c["max_position_embeddings"].get<uint64_t>();
+  if (spec.sampling().max_new_tokens() >= positions) {
+    return Status(StatusCode::kInvalidArgument,
+                  "sampling.max_new_tokens " + std::to_string(spec.sampling().max_new_tokens()) +
+                      " leaves no room for a prompt in the base model's " +
+                      std::to_string(positions) + " positions (max_position_embeddings)");
+  }
+  return Status::Ok();
+}
+
 namespace {
 
 // The bytes per element of the first tensor in a safetensors file (0: unreadable).

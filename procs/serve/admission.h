@@ -25,6 +25,11 @@ inline constexpr uint64_t kPromptAllowance = 256;  // tokens assumed for a promp
 // The estimate above; errors name config.json fields that are missing.
 Result<uint64_t> EstimateTenantBytes(const pb::JobSpec& spec, const std::string& model_dir);
 
+// Whether the job's answers fit the positions the base was trained for: a max_new_tokens that
+// leaves no room for a prompt is refused naming both numbers. (A prompt that does not fit with
+// it fails the tenant at the rollout, which tokenizes it.)
+Status CheckFitsBasePositions(const pb::JobSpec& spec, const std::string& model_dir);
+
 // The budget serve admits against on the CPU when none is given (--memory-budget-mb): the memory
 // this host lets the service use (base/host_memory.h), less the base model's weights (its
 // *.safetensors files) as the `host_model_copies` model processes (the trainer and every rollout

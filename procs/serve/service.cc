@@ -308,6 +308,7 @@ Result<pb::JobSpec> Service::CheckAdmissible(const pb::JobSpec& given, bool resu
   if (spec.task() == "custom") {
     MARLAAS_RETURN_IF_ERROR(pipeline::TaskSource::ForJob(spec).status().Annotate("dataset"));
   }
+  MARLAAS_RETURN_IF_ERROR(CheckFitsBasePositions(spec, options_.stage.model_dir));
   return spec;
 }
 

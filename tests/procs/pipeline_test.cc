@@ -950,6 +950,15 @@ TEST_F(PipelineTest, AdmissionRefusesWhatTheStagesCouldNotServeAndChangesNothing
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   EXPECT_NE(st.message().find("empty-prompt.jsonl:2"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("'prompt' is empty"), std::string::npos) << st.message();
+  // Answers as long as the base's positions (512 in the tiny base) leave no room for a prompt.
+  pb::JobSpec endless = SmallJob("endless", "arithmetic", 3, 1);
+  endless.mutable_sampling()->set_max_new_tokens(512);
+  st = service_->Admit(endless);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("sampling.max_new_tokens 512 leaves no room for a prompt in the "
+                              "base model's 512 positions"),
+            std::string::npos)
+      << st.message();
   // An id whose directory holds a job.json from before (here written by hand).
   fs::create_directories(TenantDir("before"));
   std::ofstream(TenantDir("before") + "/job.json")
@@ -1008,8 +1017,8 @@ TEST_F(PipelineTest, ALogsReplyTooLargeForAFrameKeepsTheNewestLines) {
 }
 
 // A custom tenant whose dataset is gone by the time its rollout first sees it: the rollout
-// reports it once (no log line per poll) and serve fails the tenant with the reason; another
-// tenant trains on.
+// reports it once (no log line per poll) and serve fails the tenant with the reason; so is one
+// whose prompts do not fit the base's positions; another tenant trains on.
 TEST_F(PipelineTest, ATenantTheRolloutCannotServeIsFailedWithTheReason) {
   StartService();
   const std::string data = state_dir_ + "/vanishing.jsonl";
@@ -1031,6 +1040,23 @@ TEST_F(PipelineTest, ATenantTheRolloutCannotServeIsFailedWithTheReason) {
   ::kill(rollout, SIGCONT);
   ASSERT_TRUE(st.ok()) << st.ToString();
   ASSERT_TRUE(service_->Admit(SmallJob("fine", "arithmetic", 3, 2)).ok());
+  // Prompts longer than the base's positions (the tiny base has 512): failed with the numbers,
+  // not trained on extrapolated noise.
+  const std::string long_data = state_dir_ + "/long.jsonl";
+  {
+    std::ofstream f(long_data);
+    for (int i = 0; i < 3; ++i) {
+      std::string sum = "Q: ";
+      for (int k = 0; k < 700; ++k) sum += std::to_string((k * 7 + i) % 10) + "+";
+      f << nlohmann::json{{"id", std::to_string(i)}, {"prompt", sum + "0=\nA:"}, {"reference", "1"}}
+               .dump()
+        << "\n";
+    }
+  }
+  pb::JobSpec long_prompts = gone;
+  long_prompts.set_tenant("long");
+  long_prompts.mutable_dataset()->set_jsonl_path(long_data);
+  ASSERT_TRUE(service_->Admit(long_prompts).ok());
   std::map<std::string, serve::TenantView> final_views;
   ASSERT_TRUE(RunUntil([&] { return service_->AllDone(); }, 120));
   for (const serve::TenantView& v : service_->Tenants()) final_views[v.record.id] = v;
@@ -1038,6 +1064,11 @@ TEST_F(PipelineTest, ATenantTheRolloutCannotServeIsFailedWithTheReason) {
   const std::string reason = final_views["gone"].record.reason;
   EXPECT_NE(reason.find("rollout: task cannot be loaded"), std::string::npos) << reason;
   EXPECT_EQ(final_views["fine"].record.state, TenantState::kFinished);
+  EXPECT_EQ(final_views["long"].record.state, TenantState::kFailed);
+  const std::string too_long = ReadAll(TenantDir("long") + "/rollout.error");
+  EXPECT_NE(too_long.find("positions, and the base model has 512 (max_position_embeddings)"),
+            std::string::npos)
+      << too_long;
   const std::string log = ReadAll(state_dir_ + "/logs/rollout.log");
   size_t mentions = 0;
   for (size_t at = log.find("tenant gone:"); at != std::string::npos;
