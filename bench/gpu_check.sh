@@ -80,8 +80,14 @@ nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
 toolkit=$("$nvcc_bin" --version 2>/dev/null | grep -oE 'release [0-9.]+' | head -1)
 torch_cuda=$(python3 -c 'import torch; print(torch.version.cuda)' 2>/dev/null)
-echo "driver ${driver:-?}, nvcc ${toolkit:-?}, PyTorch's CUDA ${torch_cuda:-none}" |
+driver_cuda=$(nvidia-smi 2>/dev/null | grep -oE 'CUDA Version: [0-9.]+' | grep -oE '[0-9.]+$' | head -1)
+echo "driver ${driver:-?} (CUDA ${driver_cuda:-?}), nvcc ${toolkit:-?}, PyTorch's CUDA ${torch_cuda:-none}" |
   tee -a "$LOGS/gpus.txt"
+# A toolkit newer than the driver builds programs that cannot start on it: say so, not only skips.
+nvcc_major=${toolkit#release }; nvcc_major=${nvcc_major%%.*}
+if [[ -n "$driver_cuda" && -n "$nvcc_major" && "$nvcc_major" -gt "${driver_cuda%%.*}" ]]; then
+  row cuda_versions "FAILED" "nvcc ${toolkit#release } is newer than the driver's CUDA $driver_cuda"
+fi
 
 echo "== dependencies"
 deps=/tmp/marlaas-gpudeps
