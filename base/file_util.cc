@@ -1,6 +1,7 @@
 #include "base/file_util.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -63,8 +64,9 @@ Status SyncPath(const std::string& path) {
   return rc == 0 ? Status::Ok() : ErrnoStatus("fsync " + path, err);
 }
 
-Result<std::string> ReadUserFile(const std::string& path, size_t max_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+Result<std::string> ReadUserFile(const std::string& path, size_t max_bytes, int quiet_ms) {
+  // O_NONBLOCK: opening a FIFO that no process writes to must not wait (it did, for ever).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT) return Status(StatusCode::kNotFound, "no file " + path);
     return ErrnoStatus("open " + path, errno);
@@ -74,15 +76,44 @@ Result<std::string> ReadUserFile(const std::string& path, size_t max_bytes) {
     ::close(fd);
     return Status(StatusCode::kInvalidArgument, path + " is a folder, not a file");
   }
+  const bool pipe = S_ISFIFO(st.st_mode);
+  // Anything else (a file, a terminal, a device) is read blocking, as before.
+  if (!pipe) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   std::string out;
   char buf[65536];
+  bool waited_for_writer = false;
+  // Waits up to quiet_ms for the pipe to have something (data, or its writer gone).
+  auto wait = [&] {
+    pollfd p{fd, POLLIN, 0};
+    int ready;
+    do {
+      ready = ::poll(&p, 1, quiet_ms);
+    } while (ready < 0 && errno == EINTR);
+    return ready != 0;
+  };
+  auto quiet = [&] {
+    ::close(fd);
+    return Status(StatusCode::kTimeout, path + " is a pipe that no process wrote to in " +
+                                            std::to_string(quiet_ms) + " ms");
+  };
   for (;;) {
+    // A pipe is read without blocking: EAGAIN while its writer has not written yet, 0 at once
+    // while no process has it open for writing (a writer may still come: wait for one, once).
     const ssize_t r = ::read(fd, buf, sizeof(buf));
     if (r < 0 && errno == EINTR) continue;
+    if (pipe && r < 0 && errno == EAGAIN) {
+      if (!wait()) return quiet();
+      continue;
+    }
     if (r < 0) {
       const int err = errno;
       ::close(fd);
       return ErrnoStatus("read " + path, err);
+    }
+    if (r == 0 && pipe && out.empty() && !waited_for_writer) {
+      waited_for_writer = true;
+      if (!wait()) return quiet();
+      continue;
     }
     if (r == 0) break;
     out.append(buf, size_t(r));
@@ -93,6 +124,9 @@ Result<std::string> ReadUserFile(const std::string& path, size_t max_bytes) {
     }
   }
   ::close(fd);
+  if (pipe && out.empty()) {
+    return Status(StatusCode::kInvalidArgument, path + " is a pipe that gave nothing");
+  }
   return out;
 }
 

@@ -16,9 +16,11 @@ Status SyncPath(const std::string& path);
 // device (never waits for a writer).
 Result<std::string> ReadFile(const std::string& path);
 // A file the user named on the command line: as ReadFile, but a pipe or a device is read too
-// (`<(envsubst < job.json)`, /dev/stdin: waiting for its writer is what the user asked for), up to
-// `max_bytes` (kResourceExhausted naming the limit past that: /dev/zero ends).
-Result<std::string> ReadUserFile(const std::string& path, size_t max_bytes);
+// (`<(envsubst < job.json)`, /dev/stdin), up to `max_bytes` (kResourceExhausted naming the limit
+// past that: /dev/zero ends). A pipe that no process writes to within `quiet_ms` (a FIFO
+// nobody opens) is refused with kTimeout, one whose writer closes it without writing with
+// kInvalidArgument: never a wait for ever.
+Result<std::string> ReadUserFile(const std::string& path, size_t max_bytes, int quiet_ms = 30000);
 
 }  // namespace marlaas
 

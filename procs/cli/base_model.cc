@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 
 #include "base/device_name.h"
@@ -25,6 +26,14 @@ Result<std::string> EnsureTinyBase(const std::string& state_dir, double* seconds
   const auto t0 = std::chrono::steady_clock::now();
   model::PretrainOptions o;
   o.out_dir = state_dir + "/models/tiny";
+  // Where the base will go, made first: a state dir that cannot be is named now, not after the
+  // minutes of pretraining.
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir + "/models", ec);
+  if (ec) {
+    return Status(StatusCode::kIo,
+                  "the state dir " + state_dir + " cannot hold the base model: " + ec.message());
+  }
   o.on_progress = [dir = o.out_dir, said = false](const model::PretrainProgress& p) mutable {
     if (!said) {  // only when it trains: a cached base calls no progress
       std::fprintf(stderr,

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <fstream>
 
 #include "tests/test_util.h"
@@ -42,7 +43,8 @@ TEST(FileUtilTest, ReadFileReadsFilesAndRefusesFoldersAndFifosWithoutWaiting) {
 }
 
 // What a user names on the command line may be a pipe (`<(envsubst < job.json)`): read, up to
-// the limit (/dev/zero ends with the limit named); a folder is still refused.
+// the limit (/dev/zero ends with the limit named), whichever of it and its writer opens first; a
+// folder is still refused, and a pipe is never waited on for ever.
 TEST(FileUtilTest, ReadUserFileReadsPipesUpToItsLimit) {
   const testing::ScopedTempDir tmp("read-user-file");
   const std::string fifo = tmp.path() + "/fifo";
@@ -60,6 +62,21 @@ TEST(FileUtilTest, ReadUserFileReadsPipesUpToItsLimit) {
   EXPECT_NE(zeros.status().message().find("larger than the 100000 bytes allowed"),
             std::string::npos);
   EXPECT_EQ(ReadUserFile(tmp.path(), 1024).status().code(), StatusCode::kInvalidArgument);
+  // A FIFO that no process opens is refused after the quiet time (it was waited for for ever),
+  // and one whose writer closes it without writing at once.
+  const auto t0 = std::chrono::steady_clock::now();
+  auto nobody = ReadUserFile(fifo, 1024, 300);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_EQ(nobody.status().code(), StatusCode::kTimeout) << nobody.status().ToString();
+  EXPECT_NE(nobody.status().message().find("no process wrote to in 300 ms"), std::string::npos);
+  const pid_t closer = testing::ForkChild([&] {
+    std::ofstream{fifo};
+    return 0;
+  });
+  auto empty = ReadUserFile(fifo, 1024, 20000);
+  EXPECT_TRUE(testing::WaitChildFor(closer, 20).exited);
+  EXPECT_EQ(empty.status().code(), StatusCode::kInvalidArgument) << empty.status().ToString();
+  EXPECT_NE(empty.status().message().find("is a pipe that gave nothing"), std::string::npos);
 }
 
 }  // namespace
