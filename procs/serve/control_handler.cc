@@ -1,5 +1,6 @@
 #include "procs/serve/control_handler.h"
 
+#include <algorithm>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -85,10 +86,26 @@ Status ControlHandler::StatusOf(const std::string& token, const pb::StatusReques
 
 Status ControlHandler::Export(const pb::ExportRequest& r) {
   if (r.out_dir().empty()) return Status(StatusCode::kInvalidArgument, "export needs --out DIR");
+  const std::string& state_dir = service_->options().stage.state_dir;
+  const std::string tenant_dir = pipeline::TenantDir(state_dir, r.tenant());
+  if (!FileExists(tenant_dir + "/job.json"))
+    return Status(StatusCode::kNotFound, "no tenant '" + r.tenant() + "'");
+  // The service prunes and reuses what lies in its state dir: an export there could be deleted
+  // with a checkpoint, or be taken for a tenant.
+  std::error_code ec;
+  const auto resolved = [&ec](const std::string& p) {  // symlinks resolved, no trailing '/'
+    fs::path r = fs::weakly_canonical(fs::absolute(p, ec), ec).lexically_normal();
+    return r.has_filename() ? r : r.parent_path();
+  };
+  const fs::path out = resolved(r.out_dir()), state = resolved(state_dir);
+  if (std::mismatch(state.begin(), state.end(), out.begin(), out.end()).first == state.end()) {
+    return Status(StatusCode::kInvalidArgument, r.out_dir() +
+                                                    " is inside the service's state dir (" +
+                                                    state_dir + "): export to a folder outside it");
+  }
   constexpr const char* kExported[] = {"adapter_config.json", "adapter_model.safetensors"};
   // The folder written into may be new, empty, or an earlier export (those two files alone):
   // nothing else there is overwritten.
-  std::error_code ec;
   if (fs::exists(fs::symlink_status(r.out_dir(), ec))) {
     if (!fs::is_directory(r.out_dir(), ec))
       return Status(StatusCode::kInvalidArgument, r.out_dir() + " is a file, not a folder");
@@ -107,8 +124,6 @@ Status ControlHandler::Export(const pb::ExportRequest& r) {
       }
     }
   }
-  const std::string tenant_dir =
-      pipeline::TenantDir(service_->options().stage.state_dir, r.tenant());
   auto dir = pipeline::LatestCheckpointDir(tenant_dir);
   if (!dir.ok() && dir.status().code() == StatusCode::kNotFound) {
     return Status(StatusCode::kNotFound,

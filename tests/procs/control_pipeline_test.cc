@@ -110,7 +110,8 @@ TEST_F(PipelineTest, SubmitStatusStopAndExportOverTheControlSocketWhileOthersTra
   serve::Monitor monitor;
   std::string scraped;
 
-  const std::string dir = state_dir_, export_dir = state_dir_ + "/exported";
+  const testing::ScopedTempDir outs("exported");  // outside the state dir, where exports go
+  const std::string dir = state_dir_, export_dir = outs.path() + "/exported";
   std::atomic<bool> done{false};
   std::vector<std::string> failures;  // written by the client thread, read after join
   auto expect = [&](bool ok, const std::string& what) {
@@ -673,7 +674,18 @@ TEST_F(PipelineTest, ExportRefusesADamagedCheckpointAndAFolderOfOtherFiles) {
   };
   ASSERT_TRUE(service_->Admit(SmallJob("ex", "arithmetic", 2, 61)).ok());
   ASSERT_TRUE(RunUntil([&] { return service_->AllDone(); }, 120));
-  const std::string good = state_dir_ + "/good", mine = state_dir_ + "/mine";
+  // Outside the state dir: one inside it is refused (pruning could delete it, or it could be
+  // taken for a tenant).
+  const testing::ScopedTempDir outs("export-out");
+  const std::string good = outs.path() + "/good", mine = outs.path() + "/mine";
+  pb::ControlReply inside = exporting(TenantDir("ex") + "/checkpoints/mine");
+  EXPECT_FALSE(inside.ok());
+  EXPECT_NE(inside.error().find("is inside the service's state dir"), std::string::npos)
+      << inside.error();
+  EXPECT_FALSE(fs::exists(TenantDir("ex") + "/checkpoints/mine"));
+  pb::ControlRequest none = Export("nosuch", good);  // named as status and logs name it
+  none.set_token(tokens->admin());
+  EXPECT_EQ(handler.Handle(none).error(), "no tenant 'nosuch'");
   ASSERT_TRUE(exporting(good).ok());
   EXPECT_TRUE(exporting(good).ok()) << "an earlier export is replaced";
   fs::create_directories(mine);
@@ -689,28 +701,28 @@ TEST_F(PipelineTest, ExportRefusesADamagedCheckpointAndAFolderOfOtherFiles) {
   const std::string weights = ckpts + "/" + latest + "/adapter_model.safetensors";
   const std::string intact = ReadAll(weights);
   fs::resize_file(weights, intact.size() / 2);
-  r = exporting(state_dir_ + "/damaged");
+  r = exporting(outs.path() + "/damaged");
   EXPECT_FALSE(r.ok());
   EXPECT_NE(r.error().find(weights + " does not match its recorded size/checksum"),
             std::string::npos)
       << r.error();
-  EXPECT_FALSE(fs::exists(state_dir_ + "/damaged"));
+  EXPECT_FALSE(fs::exists(outs.path() + "/damaged"));
   // A LATEST naming no folder: the newest complete folder is exported, the one a trainer would
   // resume from (it used to be refused while good checkpoints lay beside it).
   std::ofstream(weights, std::ios::binary | std::ios::trunc) << intact;
   ASSERT_TRUE(WriteFileAtomically(ckpts + "/LATEST", "step-gone\n").ok());
-  r = exporting(state_dir_ + "/fallback");
+  r = exporting(outs.path() + "/fallback");
   EXPECT_TRUE(r.ok()) << r.error();
-  EXPECT_EQ(ReadAll(state_dir_ + "/fallback/adapter_model.safetensors"), intact);
+  EXPECT_EQ(ReadAll(outs.path() + "/fallback/adapter_model.safetensors"), intact);
   // With no folder to fall back on, LATEST is named.
   for (const auto& e : fs::directory_iterator(ckpts))
     if (e.path().filename().string().rfind("step-", 0) == 0) fs::remove_all(e.path());
-  r = exporting(state_dir_ + "/damaged");
+  r = exporting(outs.path() + "/damaged");
   EXPECT_FALSE(r.ok());
   EXPECT_NE(r.error().find("LATEST names 'step-gone', which is not a checkpoint folder"),
             std::string::npos)
       << r.error();
-  EXPECT_FALSE(fs::exists(state_dir_ + "/damaged"));
+  EXPECT_FALSE(fs::exists(outs.path() + "/damaged"));
 }
 
 }  // namespace
