@@ -4,11 +4,13 @@
 //   marlaas stop TENANT
 //   marlaas export TENANT --out DIR
 //   marlaas logs TENANT [--lines N]
-// Every one takes --state-dir DIR (where the socket is) and --token TOKEN (default: the admin
-// token when readable). Exit codes: 0 done, 1 refused or failed (the reason on stderr), 2 usage.
+// Every one takes --state-dir DIR (where the socket is) and all but submit --token TOKEN
+// (default: the admin token when readable; an empty value is refused). Exit codes: 0 done, 1
+// refused or failed (the reason on stderr), 2 usage.
 
 #include <cstdio>
 #include <cstdlib>
+#include <tuple>
 
 #include "procs/cli/base_model.h"
 #include "procs/cli/cli.h"
@@ -22,14 +24,23 @@ struct Common {
   std::string state_dir, token;
 };
 
-Common TakeCommon(std::vector<std::string>* args) {
-  Common c;
-  c.state_dir = DefaultStateDir();
+// --state-dir, and --token where the command takes one (submit does not: the service admits
+// any job sent on its socket, whose file mode is the guard). An empty value is refused: an empty
+// --token used to stand for the admin token. Returns 2 after naming the problem, else 0.
+int TakeCommon(std::vector<std::string>* args, const char* command, bool with_token, Common* c) {
+  c->state_dir = DefaultStateDir();
   std::string token;
-  TakeFlag(args, "--state-dir", &c.state_dir);
-  TakeFlag(args, "--token", &token);
-  c.token = ResolveToken(c.state_dir, token);
-  return c;
+  const bool dir_given = TakeFlag(args, "--state-dir", &c->state_dir);
+  const bool token_given = with_token && TakeFlag(args, "--token", &token);
+  for (const auto& [given, value, name] :
+       {std::tuple{dir_given, c->state_dir, "--state-dir"}, {token_given, token, "--token"}}) {
+    if (given && value.empty()) {
+      std::fprintf(stderr, "marlaas %s: %s is empty\n", command, name);
+      return 2;
+    }
+  }
+  c->token = with_token ? ResolveToken(c->state_dir, token) : "";
+  return 0;
 }
 
 // Sends the request; prints the error and returns nullopt when it failed or was refused.
@@ -56,7 +67,8 @@ int Usage(const char* text) {
 
 int RunSubmit(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
-  const Common c = TakeCommon(&args);
+  Common c;
+  if (int rc = TakeCommon(&args, "submit", false, &c)) return rc;
   if (int rc = RejectOptions("submit", args)) return rc;
   if (args.size() != 1) return Usage("marlaas submit JOB.json [--state-dir DIR]");
   auto job = LoadUserJobSpec(args[0]);
@@ -75,7 +87,8 @@ int RunSubmit(const std::vector<std::string>& argv) {
 
 int RunStatus(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
-  const Common c = TakeCommon(&args);
+  Common c;
+  if (int rc = TakeCommon(&args, "status", true, &c)) return rc;
   const bool as_json = TakeSwitch(&args, "--json");
   if (int rc = RejectOptions("status", args)) return rc;
   if (args.size() > 1)
@@ -104,7 +117,8 @@ int RunStatus(const std::vector<std::string>& argv) {
 
 int RunStop(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
-  const Common c = TakeCommon(&args);
+  Common c;
+  if (int rc = TakeCommon(&args, "stop", true, &c)) return rc;
   if (int rc = RejectOptions("stop", args)) return rc;
   if (args.size() != 1) return Usage("marlaas stop TENANT [--state-dir DIR] [--token T]");
   pb::ControlRequest req;
@@ -116,7 +130,8 @@ int RunStop(const std::vector<std::string>& argv) {
 
 int RunExport(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
-  const Common c = TakeCommon(&args);
+  Common c;
+  if (int rc = TakeCommon(&args, "export", true, &c)) return rc;
   std::string out;
   TakeFlag(&args, "--out", &out);
   if (int rc = RejectOptions("export", args)) return rc;
@@ -135,7 +150,8 @@ int RunExport(const std::vector<std::string>& argv) {
 
 int RunLogs(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
-  const Common c = TakeCommon(&args);
+  Common c;
+  if (int rc = TakeCommon(&args, "logs", true, &c)) return rc;
   long long lines = 100;
   if (!TakeInteger(&args, "logs", "--lines", 1, 10000, &lines)) return 2;
   if (int rc = RejectOptions("logs", args)) return rc;

@@ -543,7 +543,9 @@ TEST(CommandLineTest, AnOptionWithoutItsValueOrUnknownIsNamed) {
               {cli::RunSandboxRun, {"--lang"}, "'--lang'"},
               {cli::RunValidate, {"--strict"}, "'--strict'"},
               {cli::RunServe, {"--job", "--state-dir", tmp.path() + "/s"}, "'--job'"},
-              {cli::RunReport, {"--state-dir", tmp.path(), "--out", "x", "--out", "y"}, "'--out'"}};
+              {cli::RunReport, {"--state-dir", tmp.path(), "--out", "x", "--out", "y"}, "'--out'"},
+              // submit takes no token (the service admits any job on its socket): not ignored.
+              {cli::RunSubmit, {"j.json", "--token", "t", "--state-dir", tmp.path()}, "'--token'"}};
   for (const auto& b : kBad) {
     ::testing::internal::CaptureStderr();
     EXPECT_EQ(b.run(b.args), 2) << b.named;
@@ -554,6 +556,15 @@ TEST(CommandLineTest, AnOptionWithoutItsValueOrUnknownIsNamed) {
         << err;
   }
   EXPECT_FALSE(fs::exists(tmp.path() + "/s")) << "serve started";
+  // An empty value is refused by name: an empty --token stood for the admin token.
+  for (const auto& [args, named] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--state-dir", tmp.path(), "--token", ""}, "--token is empty"},
+           {{"--state-dir", ""}, "--state-dir is empty"}}) {
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(cli::RunStatus(args), 2) << named;
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("marlaas status: " + named), std::string::npos) << err;
+  }
 }
 
 // Two --job files naming one tenant: refused before anything starts, both files named (the
