@@ -293,8 +293,16 @@ Result<pb::JobSpec> Service::CheckAdmissible(const pb::JobSpec& given, bool resu
   pb::JobSpec spec = given;
   ApplyJobSpecDefaults(&spec);
   MARLAAS_RETURN_IF_ERROR(ValidateJobSpec(spec));
-  if (table_->Find(spec.tenant()).ok())
+  if (auto row = table_->Find(spec.tenant()); row.ok()) {
+    // A settled tenant keeps its row until another needs it: it is not "admitted" any more.
+    auto rec = table_->Get(*row);
+    if (rec.ok() && IsSettled(rec->state)) {
+      return Status(StatusCode::kAlreadyExists,
+                    "tenant '" + spec.tenant() + "' already exists in this state dir (" +
+                        std::string(TenantStateName(rec->state)) + "): give the job another id");
+    }
     return Status(StatusCode::kAlreadyExists, "tenant '" + spec.tenant() + "' is already admitted");
+  }
   // An id is used once per state dir: its checkpoints, logs and token stay with it.
   std::error_code ec;
   const std::string dir = pipeline::TenantDir(options_.stage.state_dir, spec.tenant());

@@ -170,6 +170,12 @@ TEST_F(PipelineTest, SubmitStatusStopAndExportOverTheControlSocketWhileOthersTra
     expect(stopped.ok(), "stop beta: " + stopped.error());
     const pb::ControlReply sb = call(tb, StatusOf("beta"));
     expect(sb.ok() && sb.status().tenants(0).state() == "stopped", "beta is not stopped");
+    // Submitted again, a stopped tenant is not "already admitted": its id is taken.
+    const pb::ControlReply rebeta = call("", Submit(b));
+    expect(!rebeta.ok() &&
+               rebeta.error().find("'beta' already exists in this state dir "
+                                   "(stopped): give the job another id") != std::string::npos,
+           "beta submitted again: " + rebeta.error());
     for (int i = 0; i < 600 && !done; ++i) {
       const pb::ControlReply s = call(ta, StatusOf("alpha"));
       if (s.ok() && s.status().tenants(0).state() == "finished") break;
