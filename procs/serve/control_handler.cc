@@ -13,6 +13,7 @@
 #include "procs/common/pipeline.h"
 #include "procs/serve/control_frame.h"
 #include "procs/serve/tenant_status.h"
+#include "proto/job_spec.h"
 
 namespace marlaas::serve {
 namespace {
@@ -24,6 +25,11 @@ constexpr uint32_t kDefaultLogLines = 100, kMaxLogLines = 10000;
 }  // namespace
 
 Status ControlHandler::Authorise(const std::string& token, const std::string& tenant) const {
+  // A malformed id names no tenant whatever the token (it was called "not authorised").
+  if (!ValidTenantId(tenant)) {
+    return Status(StatusCode::kInvalidArgument,
+                  "'" + tenant + "' is not a tenant id (1-63 characters of a-z, 0-9, _ and -)");
+  }
   if (!tokens_->Allows(token, tenant)) {
     // The same answer whether or not the tenant exists: ids are not disclosed to strangers.
     return Status(StatusCode::kInvalidArgument,

@@ -182,6 +182,11 @@ TEST_F(PipelineTest, SubmitStatusStopAndExportOverTheControlSocketWhileOthersTra
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     if (!done) scraped = Scrape(http->port());
+    const pb::ControlReply odd = call(tokens->admin(), Logs("../alpha"));
+    expect(!odd.ok() && odd.error() ==
+                            "'../alpha' is not a tenant id (1-63 characters of a-z, "
+                            "0-9, _ and -)",
+           "a malformed id: " + odd.error());
     const pb::ControlReply logs = call(ta, Logs("alpha"));
     expect(logs.ok() && logs.logs().lines_size() > 0, "alpha's logs are empty: " + logs.error());
     const pb::ControlReply ex = call(ta, Export("alpha", export_dir));
