@@ -169,6 +169,29 @@ MetricsHttp::~MetricsHttp() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+std::string MetricsHttp::Response(const std::string& request,
+                                  const std::function<const std::string&()>& reply) {
+  const std::string line = request.substr(0, request.find_first_of("\r\n"));
+  const size_t sp1 = line.find(' '), sp2 = line.find(' ', sp1 == std::string::npos ? 0 : sp1 + 1);
+  auto status = [](const char* what, const std::string& extra) {
+    const std::string body = std::string(what) + "\n";
+    return "HTTP/1.0 " + std::string(what) + "\r\nContent-Type: text/plain\r\n" + extra +
+           "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
+           body;
+  };
+  if (sp1 == std::string::npos || sp2 == std::string::npos) return status("400 Bad Request", "");
+  const std::string method = line.substr(0, sp1);
+  std::string path = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  path = path.substr(0, path.find('?'));
+  if (method != "GET" && method != "HEAD")
+    return status("405 Method Not Allowed", "Allow: GET, HEAD\r\n");
+  if (path != "/metrics" && path != "/") return status("404 Not Found", "");
+  const std::string& body = reply();
+  return "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
+         (method == "HEAD" ? std::string() : body);
+}
+
 bool MetricsHttp::Advance(Client* c, const std::function<const std::string&()>& reply) {
   constexpr size_t kMaxRequest = 8192;  // a scraper's head is a few hundred bytes
   while (c->reply.empty()) {
@@ -182,9 +205,7 @@ bool MetricsHttp::Advance(Client* c, const std::function<const std::string&()>& 
     // (n == 0) or sent too much is answered with what came.
     if (n == 0 || c->request.find("\r\n\r\n") != std::string::npos ||
         c->request.find("\n\n") != std::string::npos || c->request.size() >= kMaxRequest) {
-      const std::string& body = reply();
-      c->reply = "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: " +
-                 std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+      c->reply = Response(c->request, reply);
     }
   }
   while (c->sent < c->reply.size()) {

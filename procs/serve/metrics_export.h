@@ -37,6 +37,10 @@ class MetricsHttp {
   // request is complete.
   void Serve(const std::function<std::string()>& body);
   size_t clients() const { return clients_.size(); }
+  // The whole response to a request head: 200 with `body()` for GET of /metrics or / (HEAD: no
+  // body), 405 for another method, 404 for another path, 400 without a request line. Pure.
+  static std::string Response(const std::string& request,
+                              const std::function<const std::string&()>& body);
 
  private:
   struct Client {

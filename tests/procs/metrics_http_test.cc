@@ -129,6 +129,33 @@ class MetricsHttpTest : public ::testing::Test {
   Shared* shared_ = nullptr;
 };
 
+// Only a scrape gets the metrics: another method or path is refused with its status (any
+// request got 200 and the metrics).
+TEST(MetricsHttpResponseTest, OnlyGetOrHeadOfTheMetricsPathIsAnswered) {
+  const std::string body = "marlaas_up 1\n";
+  const auto get = [&]() -> const std::string& { return body; };
+  const auto answer = [&](const std::string& request) {
+    return MetricsHttp::Response(request, get);
+  };
+  for (const char* ok : {"GET /metrics HTTP/1.0\r\n\r\n", "GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+                         "GET /metrics?name=x HTTP/1.0\n\n"}) {
+    const std::string r = answer(ok);
+    EXPECT_EQ(r.rfind("HTTP/1.0 200 OK\r\n", 0), 0u) << ok;
+    EXPECT_EQ(r.substr(r.size() - body.size()), body) << ok;
+  }
+  const std::string head = answer("HEAD /metrics HTTP/1.0\r\n\r\n");
+  EXPECT_EQ(head.rfind("HTTP/1.0 200 OK\r\n", 0), 0u);
+  EXPECT_EQ(head.find(body), std::string::npos);
+  EXPECT_NE(head.find("Content-Length: " + std::to_string(body.size())), std::string::npos);
+  const std::string post = answer("POST /metrics HTTP/1.0\r\n\r\n");
+  EXPECT_EQ(post.rfind("HTTP/1.0 405 Method Not Allowed\r\n", 0), 0u) << post;
+  EXPECT_NE(post.find("Allow: GET, HEAD\r\n"), std::string::npos) << post;
+  EXPECT_EQ(answer("GET /nope HTTP/1.0\r\n\r\n").rfind("HTTP/1.0 404 Not Found\r\n", 0), 0u);
+  EXPECT_EQ(answer("hello\r\n\r\n").rfind("HTTP/1.0 400 Bad Request\r\n", 0), 0u);
+  for (const char* refused : {"POST /metrics HTTP/1.0\r\n\r\n", "GET /nope HTTP/1.0\r\n\r\n"})
+    EXPECT_EQ(answer(refused).find(body), std::string::npos) << refused;
+}
+
 TEST_F(MetricsHttpTest, AClientThatNeverReadsOrNeverAsksHoldsNoOneAndIsDropped) {
   // Asks, then reads nothing: its reply stops at a full socket buffer.
   const int stuck = Connect(port_, /*receive_buffer=*/4096);
