@@ -100,8 +100,8 @@ Status ControlHandler::Export(const pb::ExportRequest& r) {
   // with a checkpoint, or be taken for a tenant.
   std::error_code ec;
   const auto resolved = [&ec](const std::string& p) {  // symlinks resolved, no trailing '/'
-    fs::path r = fs::weakly_canonical(fs::absolute(p, ec), ec).lexically_normal();
-    return r.has_filename() ? r : r.parent_path();
+    const fs::path full = fs::weakly_canonical(fs::absolute(p, ec), ec).lexically_normal();
+    return full.has_filename() ? full : full.parent_path();
   };
   const fs::path out = resolved(r.out_dir()), state = resolved(state_dir);
   if (std::mismatch(state.begin(), state.end(), out.begin(), out.end()).first == state.end()) {
