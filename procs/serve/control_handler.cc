@@ -38,6 +38,13 @@ Status ControlHandler::Authorise(const std::string& token, const std::string& te
   return Status::Ok();
 }
 
+Result<std::string> ControlHandler::KnownTenantDir(const std::string& tenant) const {
+  const std::string dir = pipeline::TenantDir(service_->options().stage.state_dir, tenant);
+  if (!FileExists(dir + "/job.json"))
+    return Status(StatusCode::kNotFound, "no tenant '" + tenant + "'");
+  return dir;
+}
+
 Status ControlHandler::Submit(const pb::SubmitRequest& r, pb::SubmitReply* out) {
   // Admit refuses an id the state dir already holds: its checkpoints, logs and token stay with it.
   MARLAAS_RETURN_IF_ERROR(service_->Admit(r.job()));
@@ -93,9 +100,7 @@ Status ControlHandler::StatusOf(const std::string& token, const pb::StatusReques
 Status ControlHandler::Export(const pb::ExportRequest& r) {
   if (r.out_dir().empty()) return Status(StatusCode::kInvalidArgument, "export needs --out DIR");
   const std::string& state_dir = service_->options().stage.state_dir;
-  const std::string tenant_dir = pipeline::TenantDir(state_dir, r.tenant());
-  if (!FileExists(tenant_dir + "/job.json"))
-    return Status(StatusCode::kNotFound, "no tenant '" + r.tenant() + "'");
+  MARLAAS_ASSIGN_OR_RETURN(const std::string tenant_dir, KnownTenantDir(r.tenant()));
   // The service prunes and reuses what lies in its state dir: an export there could be deleted
   // with a checkpoint, or be taken for a tenant.
   std::error_code ec;
@@ -164,9 +169,7 @@ Status ControlHandler::Export(const pb::ExportRequest& r) {
 
 Status ControlHandler::Logs(const pb::LogsRequest& r, pb::LogsReply* out) {
   const uint32_t n = r.max_lines() == 0 ? kDefaultLogLines : std::min(r.max_lines(), kMaxLogLines);
-  const std::string dir = pipeline::TenantDir(service_->options().stage.state_dir, r.tenant());
-  if (!FileExists(dir + "/job.json"))
-    return Status(StatusCode::kNotFound, "no tenant '" + r.tenant() + "'");
+  MARLAAS_ASSIGN_OR_RETURN(const std::string dir, KnownTenantDir(r.tenant()));
   // The trainer's events (drops and their reasons, checkpoint trouble), then its steps.
   std::vector<std::string> lines;
   for (const char* file : {"trainer.log", "steps.jsonl"}) {

@@ -29,6 +29,9 @@ class ControlHandler {
   Status Export(const pb::ExportRequest& r);
   Status Logs(const pb::LogsRequest& r, pb::LogsReply* out);
   Status Authorise(const std::string& token, const std::string& tenant) const;
+  // <state>/tenants/<tenant> when the state dir holds that tenant (its job.json), else kNotFound
+  // "no tenant '<tenant>'", the words status uses.
+  Result<std::string> KnownTenantDir(const std::string& tenant) const;
 
   Service* service_;
   Tokens* tokens_;
