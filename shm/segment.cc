@@ -55,11 +55,16 @@ const char* SegmentKindName(SegmentKind kind) {
 
 std::string SegmentName::SystemName() const { return "marlaas." + instance + "." + name; }
 
-Status SegmentName::Validate() const {
+Status ValidateInstanceName(const std::string& instance) {
   if (instance.empty() || instance.size() > 32 || !ValidChars(instance, false)) {
     return Status(StatusCode::kInvalidArgument,
                   "instance name '" + instance + "' must be 1-32 characters of [A-Za-z0-9_-]");
   }
+  return Status::Ok();
+}
+
+Status SegmentName::Validate() const {
+  MARLAAS_RETURN_IF_ERROR(ValidateInstanceName(instance));
   if (name.empty() || name.size() > 48 || !ValidChars(name, true) || name[0] == '.') {
     return Status(StatusCode::kInvalidArgument,
                   "segment name '" + name + "' must be 1-48 characters of [A-Za-z0-9_.-]");

@@ -29,6 +29,9 @@ enum class SegmentKind : uint32_t {
 };
 const char* SegmentKindName(SegmentKind kind);
 
+// An instance name names a running service's segments: 1-32 characters of [A-Za-z0-9_-].
+Status ValidateInstanceName(const std::string& instance);
+
 struct SegmentName {
   std::string instance;  // [A-Za-z0-9_-]{1,32}
   std::string name;      // [A-Za-z0-9_.-]{1,48}

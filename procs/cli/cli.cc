@@ -8,6 +8,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "shm/segment.h"
+
 namespace marlaas::cli {
 
 const std::vector<Command>& Commands() {
@@ -139,6 +141,17 @@ bool TakeInteger(std::vector<std::string>* args, const char* command, const std:
     return false;
   }
   *value = v;
+  return true;
+}
+
+bool TakeInstance(std::vector<std::string>* args, const char* command, std::string* instance) {
+  std::string name;
+  if (!TakeFlag(args, "--instance", &name)) return true;
+  if (Status st = ValidateInstanceName(name); !st.ok()) {
+    std::fprintf(stderr, "marlaas %s: --instance: %s\n", command, st.message().c_str());
+    return false;
+  }
+  *instance = name;
   return true;
 }
 

@@ -62,6 +62,10 @@ inline constexpr const char kSandboxRunStatuses[] =
     "exit status: 0 ok, 1 the program exited non-zero (a Python MemoryError at the per-process "
     "limit included), 3 timeout (wall clock or CPU), 4 killed by a signal (a crash), 5 output "
     "limit, 6 sandbox failure, 7 memory limit (the run's cgroup)";
+// Removes "--instance NAME" when present and checks NAME as shm/segment.h does (1-32 characters
+// of [A-Za-z0-9_-]); a bad one prints "marlaas COMMAND: --instance: ..." and returns false (the
+// caller exits with 2). Absent, *instance stays as it was.
+bool TakeInstance(std::vector<std::string>* args, const char* command, std::string* instance);
 // Removes a bare "--name" switch; returns whether it was present.
 bool TakeSwitch(std::vector<std::string>* args, const std::string& name);
 // Prints "marlaas NAME: unexpected argument ..." and returns 2 if args is non-empty, else 0

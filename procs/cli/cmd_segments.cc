@@ -19,8 +19,8 @@ void PrintRow(const SegmentInfo& s, const char* verdict) {
 
 int RunSegments(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
-  std::string instance;
-  TakeFlag(&args, "--instance", &instance);
+  std::string instance;  // empty: every instance
+  if (!TakeInstance(&args, "segments", &instance)) return 2;
   if (int rc = RejectRest("segments", args)) return rc;
   auto list = ListSegments(instance);
   if (!list.ok()) {
@@ -34,8 +34,8 @@ int RunSegments(const std::vector<std::string>& argv) {
 
 int RunClean(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
-  std::string instance;
-  TakeFlag(&args, "--instance", &instance);
+  std::string instance;  // empty: every instance
+  if (!TakeInstance(&args, "clean", &instance)) return 2;
   const bool dry_run = TakeSwitch(&args, "--dry-run");
   if (int rc = RejectRest("clean", args)) return rc;
   if (dry_run) {

@@ -44,7 +44,7 @@ int RunServe(const std::vector<std::string>& argv) {
   o.service.stage.instance = "serve" + std::to_string(getpid());
   TakeFlag(&args, "--state-dir", &o.service.stage.state_dir);
   TakeFlag(&args, "--model-dir", &o.service.stage.model_dir);
-  TakeFlag(&args, "--instance", &o.service.stage.instance);
+  if (!TakeInstance(&args, "serve", &o.service.stage.instance)) return 2;
   TakeFlag(&args, "--device", &o.service.stage.device);
   // A device the stages would refuse (a typo, or "cuda" with a CPU-only LibTorch) is refused
   // here, before they start: not after their restarts.

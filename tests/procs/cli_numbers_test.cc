@@ -39,5 +39,33 @@ TEST(CliNumbersTest, PretrainAndDemoRefuseBadNumbersByName) {
   EXPECT_FALSE(std::filesystem::exists(dir.path() + "/s"));
 }
 
+// An instance name is checked where it is given, as the segments' names check it: `serve
+// --instance a/b` failed only when its first segment was made (exit 1), and `segments --instance
+// ''` listed every instance's segments.
+TEST(CliNumbersTest, InstanceNamesAreCheckedWhereTheyAreGiven) {
+  const testing::ScopedTempDir dir("cli-instance");
+  const std::string why = "must be 1-32 characters of [A-Za-z0-9_-]";
+  const std::vector<std::string> cases = {
+      "serve --state-dir " + dir.path() + "/s --instance a/b",
+      "serve --state-dir " + dir.path() + "/s --instance=" + std::string(33, 'x'),
+      "segments --instance=",
+      "segments --instance ..",
+      "clean --dry-run --instance a.b",
+      "clean --instance=",
+  };
+  for (const std::string& args : cases) {
+    const auto r = RunMarlaas(args);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.output;
+    EXPECT_NE(r.output.find("--instance: instance name '"), std::string::npos)
+        << args << ": " << r.output;
+    EXPECT_NE(r.output.find(why), std::string::npos) << args << ": " << r.output;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/s"));
+  // A good name still lists (none of its segments exist).
+  const auto ok = RunMarlaas("segments --instance no-such_instance-1");
+  EXPECT_EQ(ok.status, 0) << ok.output;
+  EXPECT_NE(ok.output.find("no MARLaaS segments"), std::string::npos) << ok.output;
+}
+
 }  // namespace
 }  // namespace marlaas
