@@ -119,8 +119,12 @@ Result<std::string> ReadUserFile(const std::string& path, size_t max_bytes, int 
     out.append(buf, size_t(r));
     if (out.size() > max_bytes) {
       ::close(fd);
+      // A device or a pipe has no size of its own: say what it is (/dev/zero never ends).
+      const char* what = S_ISREG(st.st_mode) ? " is larger than the "
+                         : pipe              ? " is a pipe that gave more than the "
+                                             : " is a device that gave more than the ";
       return Status(StatusCode::kResourceExhausted,
-                    path + " is larger than the " + std::to_string(max_bytes) + " bytes allowed");
+                    path + what + std::to_string(max_bytes) + " bytes allowed");
     }
   }
   ::close(fd);

@@ -59,8 +59,18 @@ TEST(FileUtilTest, ReadUserFileReadsPipesUpToItsLimit) {
   EXPECT_EQ(*text, "{\"tenant\": \"a\"}");
   auto zeros = ReadUserFile("/dev/zero", 100000);
   EXPECT_EQ(zeros.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(zeros.status().message().find("larger than the 100000 bytes allowed"),
-            std::string::npos);
+  EXPECT_NE(zeros.status().message().find("/dev/zero is a device that gave more than the 100000 "
+                                          "bytes allowed"),
+            std::string::npos)
+      << zeros.status().ToString();
+  // A regular file past the limit is named by its size.
+  const std::string big = tmp.path() + "/big.json";
+  std::ofstream(big) << std::string(2000, ' ');
+  auto large = ReadUserFile(big, 1024);
+  EXPECT_EQ(large.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(large.status().message().find(big + " is larger than the 1024 bytes allowed"),
+            std::string::npos)
+      << large.status().ToString();
   EXPECT_EQ(ReadUserFile(tmp.path(), 1024).status().code(), StatusCode::kInvalidArgument);
   // A FIFO that no process opens is refused after the quiet time (it was waited for for ever),
   // and one whose writer closes it without writing at once.
