@@ -19,13 +19,16 @@ using json = nlohmann::json;
 // error). Exit status 3: the harness broke.
 //
 // A candidate's process gets the stdout but not the key (its copy of the key's buffer is zeroed
-// before any of its code runs), so it cannot forge a frame. The harness never reads a result, and
-// a source only passes through a buffer it zeroes; the next sources are still in the kernel's
-// socket buffer: nothing of an earlier candidate's code or results is in the memory a later one
-// starts with. Results are JSON-encoded by hand: importing the json module costs ~6 ms a run.
+// before any of its code runs), so it cannot forge a frame. What it can change of that shared
+// stdout (its flags: O_NONBLOCK made the next candidates' results fail to be written; the pipe's
+// size) is put back once its processes are gone, or the rest go to a new run. The harness never
+// reads a result, and a source only passes through a buffer it zeroes; the next sources are still
+// in the kernel's socket buffer: nothing of an earlier candidate's code or results is in the memory
+// a later one starts with. Results are JSON-encoded by hand: importing the json module costs ~6 ms
+// a run.
 constexpr size_t kKeyBytes = 32;
 constexpr const char kHarness[] = R"PY(
-import os, sys, select, time, gc, resource, _signal, _ctypes
+import os, sys, select, time, gc, resource, fcntl, _signal, _ctypes
 _signal.signal(_signal.SIGINT, _signal.SIG_IGN)  # (the signal module imports enum: +7 ms)
 class Int(_ctypes._SimpleCData):  # prctl through _ctypes: the ctypes package costs 2 ms more
     _type_ = 'i'
@@ -75,7 +78,11 @@ key = readn(int(sys.argv[3]))
 def frame(text):  # a line of its own: what a candidate wrote last may not end in a newline
     parts = [b'\n', key, b' ' + text + b'\n']
     while parts:
-        k = os.writev(1, parts)
+        try:
+            k = os.writev(1, parts)
+        except BlockingIOError:  # stdout made non-blocking by what a candidate left running
+            select.select([], [1], [])
+            continue
         while parts and k >= len(parts[0]):
             k -= len(parts[0])
             parts.pop(0)
@@ -217,6 +224,20 @@ def wipe():
     os.chmod('/work', 0o777)
 limits = (resource.RLIMIT_AS, resource.RLIMIT_NPROC, resource.RLIMIT_FSIZE,
           resource.RLIMIT_NOFILE, resource.RLIMIT_CORE)
+# The stdout every candidate shares with the harness: its flags (O_NONBLOCK would make the next
+# candidates' results fail to be written), its owner and signal for O_ASYNC, the pipe's size.
+F_SETSIG, F_GETSIG, F_SETPIPE_SZ, F_GETPIPE_SZ = 10, 11, 1031, 1032
+def stdout_state():
+    return (fcntl.fcntl(1, fcntl.F_GETFL), fcntl.fcntl(1, fcntl.F_GETOWN),
+            fcntl.fcntl(1, F_GETSIG), fcntl.fcntl(1, F_GETPIPE_SZ))
+def restore_stdout():  # once no process of the candidate is left; what fails shows in state()
+    flags, owner, sig, size = fresh[0]
+    for cmd, value in ((fcntl.F_SETFL, flags), (fcntl.F_SETOWN, owner), (F_SETSIG, sig),
+                       (F_SETPIPE_SZ, size)):
+        try:
+            fcntl.fcntl(1, cmd, value)
+        except OSError:
+            pass
 def state():  # what a candidate could change for the next one, if anything let it
     with open('/proc/self/oom_score_adj') as f:
         oom = f.read()
@@ -225,8 +246,8 @@ def state():  # what a candidate could change for the next one, if anything let 
             group = f.read().split()[-1]
     except OSError:
         group = None
-    return (oom, group, os.getpriority(os.PRIO_PROCESS, 0), os.sched_getaffinity(0),
-            [resource.getrlimit(l) for l in limits])
+    return (stdout_state(), oom, group, os.getpriority(os.PRIO_PROCESS, 0),
+            os.sched_getaffinity(0), [resource.getrlimit(l) for l in limits])
 def one(c):  # runs candidate c; False: the rest need a fresh sandbox
     sizes = header()
     if sizes is None:
@@ -241,6 +262,8 @@ def one(c):  # runs candidate c; False: the rest need a fresh sandbox
     src[:] = bytes(len(src))
     status = supervise(pid)
     clean = kill_all()  # before its end is told: nothing it left may add to its results
+    if clean:
+        restore_stdout()
     frame(('E %d %s' % (c, status)).encode())
     if status.startswith('{"signaled":9,'):
         return False  # the run's cgroup tells the CPU limit from the memory limit

@@ -105,8 +105,10 @@ TEST(PythonTestsVerifierTest, CandidatesSharingARunAreJudgedAsIfAlone) {
   // in sight (the harness, PID 1, is not: hidepid), default priority and OOM score, and the run's
   // CPU limit.
   const std::string alone =
-      "import os, resource\n"
+      "import os, resource, fcntl\n"
       "fresh = (os.listdir('/work') == [] and os.getpriority(os.PRIO_PROCESS, 0) == 0 and\n"
+      "         fcntl.fcntl(1, fcntl.F_GETFL) & (os.O_NONBLOCK | os.O_ASYNC) == 0 and\n"
+      "         fcntl.fcntl(1, fcntl.F_GETOWN) == 0 and fcntl.fcntl(1, 1032) > 4096 and\n"
       "         resource.getrlimit(resource.RLIMIT_CPU) == (2, 2) and\n"
       "         open('/proc/self/oom_score_adj').read() == '0\\n' and\n"
       "         [p for p in os.listdir('/proc') if p.isdigit()] == [str(os.getpid())])\n"
@@ -144,6 +146,15 @@ TEST(PythonTestsVerifierTest, CandidatesSharingARunAreJudgedAsIfAlone) {
        "    try: call()\n    except OSError: refused += 1\n"
        "os.kill(1, signal.SIGINT); os.kill(1, signal.SIGTERM); os.chmod('/work', 0)\n"
        "def f(x):\n    return x * x if refused == 6 else -1\n",
+       pb::OUTCOME_OK},
+      {alone, pb::OUTCOME_OK},
+      // Makes the stdout it shares with the harness and the next candidates non-blocking (their
+      // results failed to be written once the pipe was full: a right answer scored 0), asks
+      // for SIGIO on it to go to the harness, and shrinks the pipe to a page (F_SETPIPE_SZ).
+      {"import os, fcntl\n"
+       "fcntl.fcntl(1, fcntl.F_SETFL, fcntl.fcntl(1, fcntl.F_GETFL) | os.O_NONBLOCK | os.O_ASYNC)\n"
+       "fcntl.fcntl(1, fcntl.F_SETOWN, 1); fcntl.fcntl(1, 1031, 4096)\n" +
+           square,
        pb::OUTCOME_OK},
       {alone, pb::OUTCOME_OK},
       // Makes PID 1 the OOM killer's first choice, which the next candidate would inherit.
