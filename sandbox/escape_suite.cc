@@ -228,6 +228,21 @@ std::vector<EscapeCase> EscapeSuite() {
                  return Expect(Exited(r) && r.stdout_data == "not refused:\n",
                                "a denied syscall was not refused", r);
                }});
+  // Every syscall newer than the filter's library (listmount, statmount, open_tree_attr on a
+  // 6.x kernel): ENOSYS from the filter, whatever the kernel has.
+  std::string newer;
+  for (int nr : NewerSyscallNumbers()) newer += std::to_string(nr) + ", ";
+  s.push_back({"syscalls_newer_than_the_filter_fail_with_enosys",
+               Py("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nbad = []\n"
+                  "for nr in [" +
+                  newer +
+                  "]:\n    ctypes.set_errno(0)\n    r = libc.syscall(nr, 0, 0, 0, 0, 0, 0)\n"
+                  "    if r != -1 or ctypes.get_errno() != 38: bad.append('%d:%d/%d' % (nr, r, "
+                  "ctypes.get_errno()))\nprint('reached:', *bad)"),
+               [](const SandboxResult& r) {
+                 return Expect(Exited(r) && r.stdout_data == "reached:\n",
+                               "a syscall newer than the filter was reached", r);
+               }});
   // /proc/<pid>/mem writes pass page protections, so what matters is whose memory is reachable:
   // the program pokes its own memory through /proc/self/mem (allowed for any process), and the
   // only process it can see (PID 2: its init, PID 1, is hidden), hence the only mem file it can
