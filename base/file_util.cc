@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 
 namespace marlaas {
 namespace {
@@ -19,7 +20,38 @@ std::string DirOf(const std::string& path) {
 
 }  // namespace
 
+const char* NotARegularFile(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return nullptr;
+  if (S_ISDIR(st.st_mode)) return "a folder";
+  if (S_ISFIFO(st.st_mode)) return "a pipe";
+  if (S_ISSOCK(st.st_mode)) return "a socket";
+  return "a device";
+}
+
+Status CheckOutputFile(const std::string& flag, const std::string& path) {
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    return Status(StatusCode::kNotFound, flag + " " + path + ": no folder " + dir);
+  if (access(dir.c_str(), W_OK) != 0)
+    return ErrnoStatus(flag + " " + path + ": cannot write in " + dir, errno);
+  if (std::filesystem::is_directory(path, ec))
+    return Status(StatusCode::kInvalidArgument,
+                  flag + " " + path + " is a folder: give a file name in it");
+  if (const char* what = NotARegularFile(path)) {
+    return Status(StatusCode::kInvalidArgument,
+                  flag + " " + path + " is " + what + ": give a file name (it would be replaced)");
+  }
+  return Status::Ok();
+}
+
 Status WriteFileAtomically(const std::string& path, const std::string& contents) {
+  if (const char* what = NotARegularFile(path)) {
+    return Status(StatusCode::kInvalidArgument,
+                  path + " is " + what + ", not a file: writing would replace it");
+  }
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus("create " + tmp, errno);

@@ -8,8 +8,18 @@
 namespace marlaas {
 
 // Writes `contents` to `path` so that a crash leaves either the old file or the new one: a
-// temporary file in the same folder, fsync, rename, fsync of the folder.
+// temporary file in the same folder, fsync, rename, fsync of the folder. A `path` that exists
+// and is not a regular file (a device, a pipe, a folder) is refused with kInvalidArgument: the
+// rename would replace it (`--json /dev/null`, run as root, replaced /dev/null).
 Status WriteFileAtomically(const std::string& path, const std::string& contents);
+// Whether the file an option names can be written: its folder exists and is writable, and it is
+// not a folder, a device or a pipe (WriteFileAtomically would replace it). Checked before work
+// whose results it is to hold (hours of benchmark runs, a demo) so that they are not lost to a
+// typo; the error names the option (`flag`).
+Status CheckOutputFile(const std::string& flag, const std::string& path);
+// What `path` is when it exists and is not a regular file (after symlinks): "a folder", "a
+// device", "a pipe", "a socket"; nullptr for a regular file or nothing there.
+const char* NotARegularFile(const std::string& path);
 // fsync of a file or a folder (a folder: so that the names created in it are durable).
 Status SyncPath(const std::string& path);
 // The whole file, or kNotFound / kIo naming the path; kInvalidArgument for a folder, a FIFO or a

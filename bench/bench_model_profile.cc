@@ -173,10 +173,16 @@ int Run(int argc, char** argv) {
       "bench_model_profile [--device cpu|cuda] [--model tiny|qwen2.5-0.5b] [--profile FILE] "
       "[--json FILE] [--quick]";
   if (!ParseBenchArgs(int(rest.size()), rest.data(), usage, &args)) return 2;
+  if (!profile_path.empty()) {
+    if (Status st = CheckOutputFile("--profile", profile_path); !st.ok()) {
+      std::fprintf(stderr, "bench_model_profile: %s\n", st.message().c_str());
+      return 2;
+    }
+  }
   auto device = model::ParseDevice(device_name);
-  if (!device.ok()) {
-    std::fprintf(stderr, "bench_model_profile: %s\n", device.status().ToString().c_str());
-    return 1;
+  if (!device.ok()) {  // a device this build or host lacks, or a typo
+    std::fprintf(stderr, "bench_model_profile: --device: %s\n", device.status().message().c_str());
+    return 2;
   }
   model::SetComputeThreads(1);
   auto host = model::BaseWeights::Random(ConfigNamed(model_name), 1);

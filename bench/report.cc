@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cmath>
 
+#include "base/file_util.h"
+
 namespace marlaas::bench {
 
 double Percentile(std::vector<double> values, double p) {
@@ -61,14 +63,24 @@ std::string TargetsJson(const std::vector<Target>& targets) {
 }
 
 bool ParseBenchArgs(int argc, char** argv, const char* usage, BenchArgs* out) {
+  const char* name = argc > 0 ? argv[0] : "bench";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--json" && i + 1 < argc) {
+    if (a == "--json" && i + 1 < argc && argv[i + 1][0] != '\0' &&
+        std::string(argv[i + 1]).rfind("--", 0) != 0) {
       out->json_path = argv[++i];
+      // Checked now: a full run takes minutes, and its results were lost to a typo at the end.
+      if (Status st = CheckOutputFile("--json", out->json_path); !st.ok()) {
+        std::fprintf(stderr, "%s: %s\n", name, st.message().c_str());
+        return false;
+      }
     } else if (a == "--quick") {
       out->quick = true;
     } else {
-      std::fprintf(stderr, "usage: %s\n", usage);
+      std::fprintf(
+          stderr, "%s: %s\nusage: %s\n", name,
+          a == "--json" ? "--json needs a file name" : ("unknown argument '" + a + "'").c_str(),
+          usage);
       return false;
     }
   }
@@ -79,18 +91,17 @@ int FinishBench(const BenchArgs& args, const std::vector<std::string>& result_ob
                 const std::vector<Target>& targets) {
   const int missed = PrintTargets(targets, stdout);
   if (!args.json_path.empty()) {
-    FILE* f = std::fopen(args.json_path.c_str(), "w");
-    if (f == nullptr) {
-      std::perror(args.json_path.c_str());
+    std::string json = "{\"results\":[";
+    for (size_t i = 0; i < result_objects.size(); ++i) {
+      json += (i ? ",\n" : "\n") + result_objects[i];
+    }
+    json += "],\n" + TargetsJson(targets) + ",\"quick\":" + (args.quick ? "true" : "false") + "}\n";
+    // Written whole or not at all, and a failure (a full disk) is told, never lost in silence.
+    if (Status st = WriteFileAtomically(args.json_path, json); !st.ok()) {
+      std::fprintf(stderr, "--json %s: the results were not written: %s\n", args.json_path.c_str(),
+                   st.message().c_str());
       return 1;
     }
-    std::fprintf(f, "{\"results\":[");
-    for (size_t i = 0; i < result_objects.size(); ++i) {
-      std::fprintf(f, "%s\n%s", i ? "," : "", result_objects[i].c_str());
-    }
-    std::fprintf(f, "],\n%s,\"quick\":%s}\n", TargetsJson(targets).c_str(),
-                 args.quick ? "true" : "false");
-    std::fclose(f);
   }
   if (args.quick) return 0;
   return missed == 0 ? 0 : 1;

@@ -32,8 +32,9 @@ std::string TargetsJson(const std::vector<Target>& targets);
 // A JSON number, or null for a negative value (our "not measured").
 std::string JsonNumber(double v);
 
-// The flags every benchmark takes: --json FILE and --quick. Prints `usage` and returns false on
-// anything else.
+// The flags every benchmark takes: --json FILE and --quick. Returns false (the caller exits 2)
+// after naming what is wrong: an unknown argument, --json without a file name, or a --json file
+// that cannot be written (CheckOutputFile), before the run.
 struct BenchArgs {
   std::string json_path;
   bool quick = false;
@@ -42,7 +43,7 @@ bool ParseBenchArgs(int argc, char** argv, const char* usage, BenchArgs* out);
 
 // Writes {"results":[<rows>], "targets":[...], "quick":...} to args.json_path (if set), prints
 // the targets, and returns the benchmark's exit status: 0, or 1 when a full run missed a target
-// (a quick run only smoke-tests) or the file could not be written.
+// (a quick run only smoke-tests) or the file could not be written (said on stderr).
 int FinishBench(const BenchArgs& args, const std::vector<std::string>& result_objects,
                 const std::vector<Target>& targets);
 

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -85,12 +86,14 @@ bool TakeFlag(std::vector<std::string>* args, const std::string& name, std::stri
   for (size_t i = 0; i < args->size(); ++i) {
     // A value never starts with "--": `--job --state-dir X` lacks the job's file, and it stays
     // behind for RejectRest or RejectOptions to name, rather than "--state-dir" taken for one.
-    if ((*args)[i] == name && i + 1 < args->size() && (*args)[i + 1].rfind("--", 0) != 0) {
+    // Nor is an empty one (`--json ''`, `--json=`): it would read as the option's default.
+    if ((*args)[i] == name && i + 1 < args->size() && !(*args)[i + 1].empty() &&
+        (*args)[i + 1].rfind("--", 0) != 0) {
       *value = (*args)[i + 1];
       args->erase(args->begin() + long(i), args->begin() + long(i) + 2);
       return true;
     }
-    if ((*args)[i].rfind(name + "=", 0) == 0) {
+    if ((*args)[i].rfind(name + "=", 0) == 0 && (*args)[i].size() > name.size() + 1) {
       *value = (*args)[i].substr(name.size() + 1);
       args->erase(args->begin() + long(i));
       return true;
@@ -119,7 +122,11 @@ bool TakeNumber(std::vector<std::string>* args, const char* command, const std::
   char* end = nullptr;
   errno = 0;
   const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || errno != 0 || *end != '\0' || !(v >= lo && v <= hi)) {
+  // Plain decimal only: strtod also takes " 5", "+5", hex ("0x10") and "inf".
+  const bool plain =
+      text.find_first_not_of("-.0123456789eE") == std::string::npos &&
+      (std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '-' || text[0] == '.');
+  if (text.empty() || !plain || errno != 0 || *end != '\0' || !(v >= lo && v <= hi)) {
     std::fprintf(stderr, "marlaas %s: %s: '%s' is not a number in [%g, %g]\n", command,
                  name.c_str(), text.c_str(), lo, hi);
     return false;
@@ -135,7 +142,10 @@ bool TakeInteger(std::vector<std::string>* args, const char* command, const std:
   char* end = nullptr;
   errno = 0;
   const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || errno != 0 || *end != '\0' || v < lo || v > hi) {
+  // Digits with an optional '-': strtoll also takes " 5" and "+5".
+  const bool plain = text.find_first_not_of("-0123456789") == std::string::npos &&
+                     text.find('-', 1) == std::string::npos;
+  if (text.empty() || !plain || errno != 0 || *end != '\0' || v < lo || v > hi) {
     std::fprintf(stderr, "marlaas %s: %s: '%s' is not a whole number in [%lld, %lld]\n", command,
                  name.c_str(), text.c_str(), lo, hi);
     return false;
@@ -165,23 +175,16 @@ bool TakeSwitch(std::vector<std::string>* args, const std::string& name) {
   return false;
 }
 
-Status CheckOutputFile(const std::string& flag, const std::string& path) {
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec))
-    return Status(StatusCode::kNotFound, flag + " " + path + ": no folder " + dir);
-  if (access(dir.c_str(), W_OK) != 0)
-    return ErrnoStatus(flag + " " + path + ": cannot write in " + dir, errno);
-  if (std::filesystem::is_directory(path, ec))
-    return Status(StatusCode::kInvalidArgument,
-                  flag + " " + path + " is a folder: give a file name in it");
-  return Status::Ok();
-}
-
 int RejectOptions(const char* command, const std::vector<std::string>& args) {
-  for (const std::string& a : args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
     if (a.size() < 2 || a[0] != '-') continue;
+    const bool empty_value = a.back() == '=' || (i + 1 < args.size() && args[i + 1].empty());
+    if (a.rfind("--", 0) == 0 && empty_value) {
+      std::fprintf(stderr, "marlaas %s: %s is empty\n", command,
+                   a.substr(0, a.back() == '=' ? a.size() - 1 : a.size()).c_str());
+      return 2;
+    }
     std::fprintf(stderr,
                  "marlaas %s: '%s' is not an option of this command, is given twice, or lacks its "
                  "value (see `marlaas %s --help`)\n",

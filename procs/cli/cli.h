@@ -42,7 +42,8 @@ int RunBenchSim(std::vector<std::string> args);  // `bench sim`
 int RunTasks(const std::vector<std::string>& args);
 
 // Small argument helper: removes "--name VALUE" (or "--name=VALUE") from args; returns false if
-// absent. A VALUE starting with "--" is not taken: the flag, lacking its value, stays in args.
+// absent. A VALUE starting with "--", or an empty one, is not taken: the flag, lacking its value,
+// stays in args for RejectRest or RejectOptions to name ("--json is empty").
 bool TakeFlag(std::vector<std::string>* args, const std::string& name, std::string* value);
 // Splits a comma-separated list ("1,8,32") into *out; false when it is empty or has an empty item
 // ("", "8,", ",8", "1,,8").
@@ -71,13 +72,10 @@ bool TakeSwitch(std::vector<std::string>* args, const std::string& name);
 // Prints "marlaas NAME: unexpected argument ..." and returns 2 if args is non-empty, else 0
 // (for one that starts with '-': an unknown option, one given twice, or one without its value).
 int RejectRest(const char* command, const std::vector<std::string>& args);
-// Whether the file an option names can be written: its folder exists and is writable, and it is
-// not a folder itself. Checked before work whose results it is to hold (hours of benchmark runs,
-// a demo) so that they are not lost to a typo; the error names the option.
-Status CheckOutputFile(const std::string& flag, const std::string& path);
 // After the options are taken, what is left are the positional arguments: 2, naming the first
 // that starts with '-' (an unknown option, or an option given last without its value, which
-// would otherwise be taken for a tenant or a file), else 0.
+// would otherwise be taken for a tenant or a file; "--name is empty" for one given an empty
+// value), else 0.
 int RejectOptions(const char* command, const std::vector<std::string>& args);
 
 }  // namespace marlaas::cli

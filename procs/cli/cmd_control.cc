@@ -25,22 +25,15 @@ struct Common {
 };
 
 // --state-dir, and --token where the command takes one (submit does not: the service admits
-// any job sent on its socket, whose file mode is the guard). An empty value is refused: an empty
-// --token used to stand for the admin token. Returns 2 after naming the problem, else 0.
-int TakeCommon(std::vector<std::string>* args, const char* command, bool with_token, Common* c) {
+// any job sent on its socket, whose file mode is the guard). An empty value is not taken
+// (TakeFlag): it stays for the command's RejectOptions, which names it (an empty --token used to
+// stand for the admin token).
+void TakeCommon(std::vector<std::string>* args, bool with_token, Common* c) {
   c->state_dir = DefaultStateDir();
   std::string token;
-  const bool dir_given = TakeFlag(args, "--state-dir", &c->state_dir);
-  const bool token_given = with_token && TakeFlag(args, "--token", &token);
-  for (const auto& [given, value, name] :
-       {std::tuple{dir_given, c->state_dir, "--state-dir"}, {token_given, token, "--token"}}) {
-    if (given && value.empty()) {
-      std::fprintf(stderr, "marlaas %s: %s is empty\n", command, name);
-      return 2;
-    }
-  }
+  TakeFlag(args, "--state-dir", &c->state_dir);
+  if (with_token) TakeFlag(args, "--token", &token);
   c->token = with_token ? ResolveToken(c->state_dir, token) : "";
-  return 0;
 }
 
 // Sends the request; prints the error and returns nullopt when it failed or was refused.
@@ -68,7 +61,7 @@ int Usage(const char* text) {
 int RunSubmit(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
   Common c;
-  if (int rc = TakeCommon(&args, "submit", false, &c)) return rc;
+  TakeCommon(&args, false, &c);
   if (int rc = RejectOptions("submit", args)) return rc;
   if (args.size() != 1) return Usage("marlaas submit JOB.json [--state-dir DIR]");
   auto job = LoadUserJobSpec(args[0]);
@@ -88,7 +81,7 @@ int RunSubmit(const std::vector<std::string>& argv) {
 int RunStatus(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
   Common c;
-  if (int rc = TakeCommon(&args, "status", true, &c)) return rc;
+  TakeCommon(&args, true, &c);
   const bool as_json = TakeSwitch(&args, "--json");
   if (int rc = RejectOptions("status", args)) return rc;
   if (args.size() > 1)
@@ -118,7 +111,7 @@ int RunStatus(const std::vector<std::string>& argv) {
 int RunStop(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
   Common c;
-  if (int rc = TakeCommon(&args, "stop", true, &c)) return rc;
+  TakeCommon(&args, true, &c);
   if (int rc = RejectOptions("stop", args)) return rc;
   if (args.size() != 1) return Usage("marlaas stop TENANT [--state-dir DIR] [--token T]");
   pb::ControlRequest req;
@@ -131,7 +124,7 @@ int RunStop(const std::vector<std::string>& argv) {
 int RunExport(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
   Common c;
-  if (int rc = TakeCommon(&args, "export", true, &c)) return rc;
+  TakeCommon(&args, true, &c);
   std::string out;
   TakeFlag(&args, "--out", &out);
   if (int rc = RejectOptions("export", args)) return rc;
@@ -151,7 +144,7 @@ int RunExport(const std::vector<std::string>& argv) {
 int RunLogs(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
   Common c;
-  if (int rc = TakeCommon(&args, "logs", true, &c)) return rc;
+  TakeCommon(&args, true, &c);
   long long lines = 100;
   if (!TakeInteger(&args, "logs", "--lines", 1, 10000, &lines)) return 2;
   if (int rc = RejectOptions("logs", args)) return rc;

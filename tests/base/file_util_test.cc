@@ -89,5 +89,34 @@ TEST(FileUtilTest, ReadUserFileReadsPipesUpToItsLimit) {
   EXPECT_NE(empty.status().message().find("is a pipe that gave nothing"), std::string::npos);
 }
 
+// Results are written as a new file renamed over the old one: over a device or a pipe that
+// replaced it (`--json /dev/null`, run as root, replaced /dev/null with a JSON file). Such a
+// target is refused before any work and at the write, and is left as it was.
+TEST(FileUtilTest, AnOutputThatIsNotARegularFileIsRefusedAndLeftAsItWas) {
+  const testing::ScopedTempDir tmp("file-util-out");
+  const std::string fifo = tmp.path() + "/fifo", file = tmp.path() + "/out.json";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  Status st = WriteFileAtomically(fifo, "{}");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find(fifo + " is a pipe, not a file"), std::string::npos) << st.ToString();
+  struct stat s {};
+  ASSERT_EQ(::stat(fifo.c_str(), &s), 0);
+  EXPECT_TRUE(S_ISFIFO(s.st_mode));
+  st = CheckOutputFile("--json", fifo);
+  EXPECT_NE(st.message().find("--json " + fifo + " is a pipe"), std::string::npos) << st.ToString();
+  st = CheckOutputFile("--json", "/dev/null");
+  EXPECT_NE(st.message().find("--json /dev/null is a device"), std::string::npos) << st.ToString();
+  st = CheckOutputFile("--json", tmp.path());
+  EXPECT_NE(st.message().find("is a folder"), std::string::npos) << st.ToString();
+  st = CheckOutputFile("--json", tmp.path() + "/no/such/out.json");
+  EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
+  EXPECT_EQ(NotARegularFile(file), nullptr);  // nothing there yet
+  ASSERT_TRUE(CheckOutputFile("--json", file).ok());
+  ASSERT_TRUE(WriteFileAtomically(file, "{}").ok());
+  EXPECT_EQ(NotARegularFile(file), nullptr);
+  EXPECT_TRUE(WriteFileAtomically(file, "{\"again\":1}").ok());  // a file is replaced, as before
+  EXPECT_STREQ(NotARegularFile(tmp.path()), "a folder");
+}
+
 }  // namespace
 }  // namespace marlaas

@@ -48,10 +48,9 @@ TEST(CliNumbersTest, InstanceNamesAreCheckedWhereTheyAreGiven) {
   const std::vector<std::string> cases = {
       "serve --state-dir " + dir.path() + "/s --instance a/b",
       "serve --state-dir " + dir.path() + "/s --instance=" + std::string(33, 'x'),
-      "segments --instance=",
       "segments --instance ..",
       "clean --dry-run --instance a.b",
-      "clean --instance=",
+      "clean --instance 'a b'",
   };
   for (const std::string& args : cases) {
     const auto r = RunMarlaas(args);
@@ -61,6 +60,12 @@ TEST(CliNumbersTest, InstanceNamesAreCheckedWhereTheyAreGiven) {
     EXPECT_NE(r.output.find(why), std::string::npos) << args << ": " << r.output;
   }
   EXPECT_FALSE(std::filesystem::exists(dir.path() + "/s"));
+  // An empty one is not a name at all (it listed every instance's segments).
+  for (const std::string args : {"segments --instance=", "clean --instance="}) {
+    const auto r = RunMarlaas(args);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.output;
+    EXPECT_NE(r.output.find("--instance is empty"), std::string::npos) << args << ": " << r.output;
+  }
   // A good name still lists (none of its segments exist).
   const auto ok = RunMarlaas("segments --instance no-such_instance-1");
   EXPECT_EQ(ok.status, 0) << ok.output;
