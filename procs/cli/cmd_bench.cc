@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
@@ -80,10 +81,16 @@ int BenchPipeline(std::vector<std::string> args) {
   }
   for (const std::string& t : tenant_items) {
     char* end = nullptr;
+    errno = 0;
     const long n = std::strtol(t.c_str(), &end, 10);
-    if (*end != '\0' || n < 1 || n > kMaxTenants) {
+    if (!std::isdigit(static_cast<unsigned char>(t[0])) || errno != 0 || *end != '\0' || n < 1 ||
+        n > kMaxTenants) {
       std::fprintf(stderr, "marlaas bench pipeline: --tenants: '%s' is not a count in [1, %d]\n",
                    t.c_str(), kMaxTenants);
+      return 2;
+    }
+    if (std::find(tenant_counts.begin(), tenant_counts.end(), int(n)) != tenant_counts.end()) {
+      std::fprintf(stderr, "marlaas bench pipeline: --tenants: %ld is given twice\n", n);
       return 2;
     }
     tenant_counts.push_back(int(n));
@@ -94,7 +101,8 @@ int BenchPipeline(std::vector<std::string> args) {
     std::fprintf(stderr, "marlaas bench pipeline: --modes takes a list of modes\n");
     return 2;
   }
-  for (const std::string& m : modes) {
+  for (size_t i = 0; i < modes.size(); ++i) {
+    const std::string& m = modes[i];
     if (std::find(bench::PipelineModes().begin(), bench::PipelineModes().end(), m) ==
         bench::PipelineModes().end()) {
       std::fprintf(stderr,
@@ -103,17 +111,37 @@ int BenchPipeline(std::vector<std::string> args) {
                    m.c_str());
       return 2;
     }
-  }
-  if (!json_path.empty()) {
-    if (Status st = CheckOutputFile("--json", json_path); !st.ok()) {
-      std::fprintf(stderr, "marlaas bench pipeline: %s\n", st.ToString().c_str());
+    if (std::find(modes.begin(), modes.begin() + long(i), m) != modes.begin() + long(i)) {
+      std::fprintf(stderr, "marlaas bench pipeline: --modes: '%s' is given twice\n", m.c_str());
       return 2;
     }
   }
-  if (work_dir.empty()) work_dir = DefaultStateDir() + "/bench";
+  for (const char* suffix : {"", ".wall.svg", ".util.svg"}) {
+    if (json_path.empty()) break;
+    if (Status st = CheckOutputFile("--json", json_path + suffix); !st.ok()) {
+      std::fprintf(stderr, "marlaas bench pipeline: %s\n", st.message().c_str());
+      return 2;
+    }
+  }
+  const bool work_dir_given = !work_dir.empty();
+  if (!work_dir_given) work_dir = DefaultStateDir() + "/bench";
   std::error_code ec;
   fs::create_directories(work_dir, ec);
+  if (!fs::is_directory(work_dir) || ::access(work_dir.c_str(), W_OK) != 0) {
+    std::fprintf(stderr, "marlaas bench pipeline: %s%s cannot hold the runs' state: %s\n",
+                 work_dir_given ? "--state-dir " : "", work_dir.c_str(),
+                 ec ? ec.message().c_str() : "not a writable folder");
+    return 2;
+  }
   work_dir = fs::absolute(work_dir).string();
+  // A base the stages would refuse is named now, not after a run of restarts.
+  if (!model_dir.empty()) {
+    if (Status st = CheckBaseModel(model_dir); !st.ok()) {
+      std::fprintf(stderr, "marlaas bench pipeline: --model-dir %s: %s\n", model_dir.c_str(),
+                   st.message().c_str());
+      return 2;
+    }
+  }
   if (model_dir.empty()) {
     auto dir = EnsureTinyBase(DefaultStateDir(), nullptr, nullptr);
     if (!dir.ok()) {

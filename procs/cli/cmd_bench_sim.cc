@@ -9,7 +9,11 @@
 // calibrated profile, or with --profile (a cost profile JSON, e.g. measured on a GPU;
 // bench/sim/cost_model.h). Writes the JSON of bench/sim/sim_report.h and a plot (OUT.svg). Exit
 // status 1 when a validation target is missed, 2 on bad usage.
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include "base/file_util.h"
@@ -21,14 +25,19 @@ namespace marlaas::cli {
 namespace {
 
 constexpr const char kCommand[] = "bench sim";
+constexpr int kMaxTenants = sim::kMaxSimTenants, kMaxGpus = 1024;
 
+// Distinct whole numbers in [lo, hi] (a repeated one would repeat its rows).
 bool ParseInts(const std::string& text, int lo, int hi, std::vector<int>* out) {
   std::vector<std::string> items;
   if (!SplitList(text, &items)) return false;
   for (const std::string& item : items) {
     char* end = nullptr;
+    errno = 0;
     const long v = std::strtol(item.c_str(), &end, 10);
-    if (*end != '\0' || v < lo || v > hi) return false;
+    if (!std::isdigit(static_cast<unsigned char>(item[0])) || errno != 0 || *end != '\0' ||
+        v < lo || v > hi || std::find(out->begin(), out->end(), int(v)) != out->end())
+      return false;
     out->push_back(int(v));
   }
   return true;
@@ -96,17 +105,33 @@ int RunBenchSim(std::vector<std::string> args) {
                  "file) is required\n");
     return 2;
   }
-  if (!ParseInts(tenants_s, 1, 1 << 20, &tenants) || !ParseInts(gpus_s, 1, 4096, &gpus)) {
-    std::fprintf(stderr, "marlaas bench sim: --tenants and --gpus take lists like 32,128\n");
+  if (!ParseInts(tenants_s, 1, kMaxTenants, &tenants) || !ParseInts(gpus_s, 1, kMaxGpus, &gpus)) {
+    std::fprintf(stderr,
+                 "marlaas bench sim: --tenants and --gpus take lists of distinct whole numbers "
+                 "like 32,128 (tenants in [1, %d], gpus in [1, %d])\n",
+                 kMaxTenants, kMaxGpus);
     return 2;
+  }
+  // Checked before the work whose results it is to hold.
+  for (const std::string& path : {json_path, json_path + ".svg"}) {
+    if (json_path.empty()) break;
+    if (Status st = CheckOutputFile("--json", path); !st.ok()) {
+      std::fprintf(stderr, "marlaas bench sim: %s\n", st.message().c_str());
+      return 2;
+    }
   }
   if (!SplitList(modes_s, &modes)) {
     std::fprintf(stderr, "marlaas bench sim: --modes takes a list like sequential_sync,async\n");
     return 2;
   }
-  for (const std::string& m : modes) {
+  for (size_t i = 0; i < modes.size(); ++i) {
+    const std::string& m = modes[i];
     if (m != "sequential_sync" && m != "multi_tenant_sync" && m != "async") {
       std::fprintf(stderr, "marlaas bench sim: --modes: unknown mode '%s'\n", m.c_str());
+      return 2;
+    }
+    if (std::find(modes.begin(), modes.begin() + long(i), m) != modes.begin() + long(i)) {
+      std::fprintf(stderr, "marlaas bench sim: --modes: '%s' is given twice\n", m.c_str());
       return 2;
     }
   }
@@ -225,7 +250,8 @@ int RunBenchSim(std::vector<std::string> args) {
                                LineChartSvg("simulated time for every tenant to finish", "tenants",
                                             "wall seconds", series));
     if (!st.ok()) {
-      std::fprintf(stderr, "marlaas bench sim: %s\n", st.ToString().c_str());
+      std::fprintf(stderr, "marlaas bench sim: --json %s: %s\n", json_path.c_str(),
+                   st.message().c_str());
       return 1;
     }
     std::printf("wrote %s (+ .svg)\n", json_path.c_str());

@@ -14,12 +14,13 @@ struct CommandResult {
   std::string output;
 };
 
-// Runs `args` through the shell with stdout and stderr together. A run past 300 s is killed
-// (status 124 or 137), so that a command that hangs fails its test instead of hanging it.
-inline CommandResult RunMarlaas(const std::string& args) {
+// Runs the build's program `name` with `args` through the shell, stdout and stderr together. A
+// run past 300 s is killed (status 124 or 137), so that a command that hangs fails its test
+// instead of hanging it.
+inline CommandResult RunProgram(const std::string& name, const std::string& args) {
   CommandResult r;
   const std::string cmd =
-      "timeout -k 5 300 " + std::string(MARLAAS_BIN_DIR) + "/marlaas " + args + " 2>&1";
+      "timeout -k 5 300 " + std::string(MARLAAS_BIN_DIR) + "/" + name + " " + args + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
   char buf[4096];
@@ -28,5 +29,7 @@ inline CommandResult RunMarlaas(const std::string& args) {
   r.status = WIFEXITED(w) ? WEXITSTATUS(w) : -1;
   return r;
 }
+
+inline CommandResult RunMarlaas(const std::string& args) { return RunProgram("marlaas", args); }
 
 }  // namespace marlaas::testing
