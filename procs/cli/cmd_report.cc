@@ -3,9 +3,9 @@
 // the engine utilisation timeline from metrics.jsonl — written as rewards.svg, utilization.svg
 // and table.txt (tenant, task, state, steps, reward at the first and last step) into --out
 // (default <state-dir>/reports/report-<unix seconds>). Works on a running or a stopped service.
+#include <algorithm>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -20,36 +20,63 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-// A JSONL file's lines that parse as objects, with their line numbers; lines that do not parse
-// (a torn last line) are skipped.
-std::vector<std::pair<size_t, json>> ReadJsonl(const std::string& path) {
+// Lines left out of the plots because they are damaged (not a JSON object, a field missing,
+// mistyped or out of range): counted, and the first named, so that a damaged file is reported
+// rather than plotted wrong or fatal.
+struct Skipped {
+  size_t lines = 0;
+  std::string first;
+  void Add(const std::string& path, size_t line, const std::string& why) {
+    const std::string where = line > 0 ? path + ":" + std::to_string(line) : path;
+    if (lines++ == 0) first = where + " (" + why + ")";
+  }
+};
+
+// A JSONL file's lines that parse as objects, with their line numbers. It is read as ReadFile
+// reads (a pipe or a device is refused, never waited on: a FIFO in the state dir hung the
+// report); a last line without its newline is one being written and is left out quietly, any
+// other line that is not an object is counted in *skipped. A missing file has no lines.
+std::vector<std::pair<size_t, json>> ReadJsonl(const std::string& path, Skipped* skipped) {
   std::vector<std::pair<size_t, json>> out;
-  std::ifstream f(path);
-  size_t n = 0;
-  for (std::string line; std::getline(f, line);) {
+  auto text = ReadFile(path);
+  if (!text.ok()) {
+    if (text.status().code() != StatusCode::kNotFound)
+      skipped->Add(path, 0, text.status().message());
+    return out;
+  }
+  size_t n = 0, pos = 0;
+  while (pos < text->size()) {
+    const size_t eol = text->find('\n', pos);
     ++n;
-    json j = json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.is_object()) out.emplace_back(n, std::move(j));
+    if (eol == std::string::npos) break;  // torn: still being written
+    json j = json::parse(text->begin() + long(pos), text->begin() + long(eol), nullptr, false);
+    if (!j.is_discarded() && j.is_object()) {
+      out.emplace_back(n, std::move(j));
+    } else {
+      skipped->Add(path, n, "not a JSON object");
+    }
+    pos = eol + 1;
   }
   return out;
 }
 
-// j[key] when it is a number; nullopt when it is missing or of another type.
+// j[key] when it is a number that a chart can draw (svg_chart.h); nullopt when it is missing, of
+// another type or out of range.
 std::optional<double> NumberAt(const json& j, const char* key) {
   auto it = j.find(key);
-  if (it == j.end() || !it->is_number()) return std::nullopt;
+  if (it == j.end() || !it->is_number() || !Drawable(it->get<double>())) return std::nullopt;
   return it->get<double>();
 }
 
-// Lines left out of the plots because a field they need is missing or mistyped: counted, and the
-// first named, so that a damaged file is reported rather than plotted wrong or fatal.
-struct Skipped {
-  size_t lines = 0;
-  std::string first;
-  void Add(const std::string& path, size_t line, const char* field) {
-    if (lines++ == 0) first = path + ":" + std::to_string(line) + " (" + field + ")";
-  }
-};
+// printf into a string of whatever length it needs (a row's task comes from a file).
+template <typename... Args>
+std::string Format(const char* fmt, Args... args) {
+  const int n = std::snprintf(nullptr, 0, fmt, args...);
+  std::string s(size_t(std::max(n, 0)) + 1, '\0');
+  std::snprintf(s.data(), s.size(), fmt, args...);
+  s.pop_back();
+  return s;
+}
 
 // The file's text without trailing newlines and spaces, or `fallback` when it cannot be read.
 std::string ReadOr(const std::string& path, const std::string& fallback) {
@@ -75,6 +102,16 @@ int RunReport(const std::vector<std::string>& argv) {
   }
   if (out.empty()) out = state_dir + "/reports/report-" + std::to_string(std::time(nullptr));
   std::error_code ec;
+  // Among the tenants' folders a report would be taken for one (with a job.json beside it).
+  const fs::path tenants = fs::weakly_canonical(state_dir + "/tenants", ec);
+  const fs::path out_at = fs::weakly_canonical(out, ec);
+  if (!ec && std::mismatch(tenants.begin(), tenants.end(), out_at.begin(), out_at.end()).first ==
+                 tenants.end()) {
+    std::fprintf(stderr, "marlaas report: --out %s is inside %s: give a folder outside it\n",
+                 out.c_str(), tenants.c_str());
+    return 2;
+  }
+  ec.clear();
   // A report replaces an earlier report (marked by a file of its own), never someone else's
   // files: `--out .` in a project folder once overwrote its table.txt.
   const std::string marker = out + "/.marlaas-report";
@@ -95,7 +132,8 @@ int RunReport(const std::vector<std::string>& argv) {
   ec.clear();
   fs::create_directories(out, ec);
   if (ec) {
-    std::fprintf(stderr, "marlaas report: creating %s: %s\n", out.c_str(), ec.message().c_str());
+    std::fprintf(stderr, "marlaas report: --out %s cannot be made: %s\n", out.c_str(),
+                 ec.message().c_str());
     return 1;
   }
   if (Status st = WriteFileAtomically(marker, "written by marlaas report\n"); !st.ok()) {
@@ -108,11 +146,8 @@ int RunReport(const std::vector<std::string>& argv) {
   std::sort(ids.begin(), ids.end());
   std::vector<ChartSeries> curves;
   Skipped skipped;
-  char row[256];
-  std::string table;
-  std::snprintf(row, sizeof(row), "%-24s %-17s %-10s %6s %8s %8s\n", "tenant", "task", "state",
-                "steps", "first", "last");
-  table += row;
+  std::string table = Format("%-24s %-17s %-10s %6s %8s %8s\n", "tenant", "task", "state", "steps",
+                             "first", "last");
   for (const std::string& id : ids) {
     const std::string dir = state_dir + "/tenants/" + id;
     const json job = json::parse(ReadOr(dir + "/job.json", "{}"), nullptr, false);
@@ -122,7 +157,7 @@ int RunReport(const std::vector<std::string>& argv) {
     std::string state = ReadOr(dir + "/state", "unfinished");
     state = state.substr(0, state.find(':'));
     ChartSeries s{id, {}};
-    for (const auto& [line, step] : ReadJsonl(dir + "/steps.jsonl")) {
+    for (const auto& [line, step] : ReadJsonl(dir + "/steps.jsonl", &skipped)) {
       const std::optional<double> x = NumberAt(step, "step"), y = NumberAt(step, "reward_mean");
       if (x && y) {
         s.points.push_back({*x, *y});
@@ -132,14 +167,13 @@ int RunReport(const std::vector<std::string>& argv) {
     }
     const double first = s.points.empty() ? 0 : s.points.front().second;
     const double last = s.points.empty() ? 0 : s.points.back().second;
-    std::snprintf(row, sizeof(row), "%-24s %-17s %-10s %6zu %8.3f %8.3f\n", id.c_str(),
-                  task.c_str(), state.c_str(), s.points.size(), first, last);
-    table += row;
+    table += Format("%-24s %-17s %-10s %6zu %8.3f %8.3f\n", id.c_str(), task.c_str(), state.c_str(),
+                    s.points.size(), first, last);
     curves.push_back(std::move(s));
   }
   std::vector<ChartSeries> util = {{"rollout", {}}, {"trainer", {}}, {"verifier", {}}};
   const std::string metrics_path = state_dir + "/metrics.jsonl";
-  const std::vector<std::pair<size_t, json>> metrics = ReadJsonl(metrics_path);
+  const std::vector<std::pair<size_t, json>> metrics = ReadJsonl(metrics_path, &skipped);
   std::optional<double> t0;
   for (const auto& [line, m] : metrics) {
     const std::optional<double> ms = NumberAt(m, "unix_ms");
@@ -182,8 +216,8 @@ int RunReport(const std::vector<std::string>& argv) {
               metrics.size(), out.c_str());
   if (skipped.lines > 0) {
     std::fprintf(stderr,
-                 "marlaas report: left out %zu line(s) with a missing or mistyped field, the "
-                 "first at %s\n",
+                 "marlaas report: left out %zu damaged line(s) (not JSON, or a field missing, "
+                 "mistyped or out of range), the first at %s\n",
                  skipped.lines, skipped.first.c_str());
   }
   return 0;

@@ -1,6 +1,7 @@
 #include "procs/cli/svg_chart.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace marlaas::cli {
@@ -23,6 +24,8 @@ std::string Escape(const std::string& s) {
 
 }  // namespace
 
+bool Drawable(double v) { return std::isfinite(v) && std::fabs(v) <= kMaxChartValue; }
+
 std::string LineChartSvg(const std::string& title, const std::string& x_label,
                          const std::string& y_label, const std::vector<ChartSeries>& series) {
   static const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
@@ -31,6 +34,7 @@ std::string LineChartSvg(const std::string& title, const std::string& x_label,
   double x0 = 0, x1 = 1, y0 = 0, y1 = 1;
   for (const ChartSeries& s : series)
     for (auto [x, y] : s.points) {
+      if (!Drawable(x) || !Drawable(y)) continue;
       x1 = std::max(x1, x);
       y1 = std::max(y1, y);
       y0 = std::min(y0, y);
@@ -70,6 +74,7 @@ std::string LineChartSvg(const std::string& title, const std::string& x_label,
     const char* color = kColors[k % 10];
     std::string pts;
     for (auto [x, y] : series[k].points) {
+      if (!Drawable(x) || !Drawable(y)) continue;
       std::snprintf(buf, sizeof(buf), "%.1f,%.1f ", px(x), py(y));
       pts += buf;
     }
