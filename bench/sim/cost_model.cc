@@ -82,8 +82,10 @@ Status ReadCost(const json& doc, const std::string& key, LinearCost* out) {
     return FieldError(key, "must be an array of 5 numbers (or 4, without the cold-start term)");
   out->c = {};
   for (size_t i = 0; i < v.size(); ++i) {
-    if (!v[i].is_number() || !std::isfinite(v[i].get<double>()) || v[i].get<double>() < 0)
-      return FieldError(key + "[" + std::to_string(i) + "]", "must be a number >= 0");
+    // Seconds a pass costs, per term: above an hour per row or token it is no measurement, and
+    // a pass of 1e308 s stalled the simulator's clock.
+    if (!v[i].is_number() || !(v[i].get<double>() >= 0) || !(v[i].get<double>() <= 3600))
+      return FieldError(key + "[" + std::to_string(i) + "]", "must be a number in [0, 3600] (s)");
     out->c[i] = v[i].get<double>();
   }
   return Status::Ok();

@@ -1,6 +1,9 @@
 #include "bench/sim/measured_run.h"
 
 #include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <tuple>
 
 namespace marlaas::sim {
 namespace {
@@ -44,6 +47,11 @@ Status SumsFromJson(const json& j, const std::string& where, const std::string& 
                "without the cold-start term: rerun bench pipeline)");
   out->n = j["n"].get<uint64_t>();
   out->yy = j["yy"].get<double>();
+  // Sums of a run's passes: a pass count past 2^40 or a sum past 1e200 is no measurement, and
+  // pooled with others it would wrap or overflow the fit.
+  auto sane = [](double v) { return std::isfinite(v) && std::fabs(v) <= 1e200; };
+  if (out->n > (uint64_t(1) << 40) || !sane(out->yy) || out->yy < 0)
+    return Bad(where, field, "n must be at most 2^40 and yy a number in [0, 1e200]");
   for (int r = 0; r < CostSums::kTerms; ++r) {
     if (!xtx[r].is_array() || xtx[r].size() != CostSums::kTerms || !xty[r].is_number())
       return Bad(where, field, "xtx must be 5x5 numbers");
@@ -51,7 +59,10 @@ Status SumsFromJson(const json& j, const std::string& where, const std::string& 
     for (int c = 0; c < CostSums::kTerms; ++c) {
       if (!xtx[r][c].is_number()) return Bad(where, field, "xtx must be 5x5 numbers");
       out->xtx[r][c] = xtx[r][c].get<double>();
+      if (!sane(out->xtx[r][c]) || (r == c && out->xtx[r][c] < 0))
+        return Bad(where, field, "xtx must be 5x5 numbers within 1e200, its diagonal >= 0");
     }
+    if (!sane(out->xty[r])) return Bad(where, field, "xty must be numbers within 1e200");
   }
   return Status::Ok();
 }
@@ -65,7 +76,8 @@ Status CountField(const json& o, const char* key, bool required, uint64_t fallba
     *out = fallback;
     return Status::Ok();
   }
-  if (!o[key].is_number_unsigned())
+  // (A document parsed from text holds 2 as unsigned; one built in memory from an int, signed.)
+  if (!o[key].is_number_integer() || (!o[key].is_number_unsigned() && o[key].get<int64_t>() < 0))
     return Bad(where, field + "." + key, "must be a whole number >= 0, not " + o[key].dump());
   *out = o[key].get<uint64_t>();
   return Status::Ok();
@@ -79,6 +91,12 @@ Status CountField(const json& o, const char* key, bool required, uint64_t fallba
 // clang-format on
 
 double Ratio(double num, double den, double fallback) { return den > 0 ? num / den : fallback; }
+
+std::string Number(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
 
 }  // namespace
 
@@ -126,32 +144,46 @@ Result<MeasuredRun> MeasuredRunFromJson(const json& j, const std::string& where)
   if (!j.is_object()) return Bad(where, "run", "must be an object");
   try {
     r.mode = j.at("mode").get<std::string>();
-    r.tenants = j.at("tenants").get<int>();
-    r.seed = j.at("seed").get<uint64_t>();
     r.complete = j.at("complete").get<bool>();
-    r.wall_s = j.at("wall_s").get<double>();
-    r.util_rollout = j.at("util_rollout").get<double>();
-    r.util_trainer = j.at("util_trainer").get<double>();
     r.tasks = j.at("tasks").get<std::vector<std::string>>();
-    r.steps = j.at("steps").get<int>();
-    r.group_size = j.at("group_size").get<int>();
-    r.prompts_per_step = j.at("prompts_per_step").get<int>();
-    r.max_staleness = j.at("max_staleness").get<int>();
-    r.checkpoint_every = j.at("checkpoint_every").get<int>();
-    r.verifier_workers = j.at("verifier_workers").get<int>();
-    r.env_latency_ms = j.at("env_latency_ms").get<double>();
   } catch (const json::exception& e) {
     return Bad(where, "run", std::string("missing or mistyped field (") + e.what() + ")");
   }
   if (r.mode != "sequential_sync" && r.mode != "multi_tenant_sync" && r.mode != "async")
     return Bad(where, "mode", "unknown mode '" + r.mode + "'");
-  if (r.tenants < 1 || size_t(r.tenants) != r.tasks.size())
+  // Whole numbers within what bench pipeline and a job spec allow: nlohmann's get<int>() turns
+  // 2.7 into 2 and 2^32 + 1 into 1, and a run of 2e9 steps would be simulated for hours.
+  uint64_t seed = 0;
+  MARLAAS_RETURN_IF_ERROR(CountField(j, "seed", true, 0, where, "run", &seed));
+  r.seed = seed;
+  for (const auto& [key, lo, hi, out] : {std::tuple{"tenants", 1, kMaxSimTenants, &r.tenants},
+                                         {"steps", 1, 100000, &r.steps},
+                                         {"group_size", 1, 256, &r.group_size},
+                                         {"prompts_per_step", 1, 1024, &r.prompts_per_step},
+                                         {"max_staleness", 0, 16, &r.max_staleness},
+                                         {"checkpoint_every", 1, 1000000, &r.checkpoint_every},
+                                         {"verifier_workers", 1, 256, &r.verifier_workers}}) {
+    uint64_t v = 0;
+    MARLAAS_RETURN_IF_ERROR(CountField(j, key, true, 0, where, "run", &v));
+    if (v < uint64_t(lo) || v > uint64_t(hi))
+      return Bad(where, std::string("run.") + key,
+                 "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], not " +
+                     std::to_string(v));
+    *out = int(v);
+  }
+  for (const auto& [key, lo, hi, out] : {std::tuple{"wall_s", 1e-6, 1e7, &r.wall_s},
+                                         {"util_rollout", 0.0, 64.0, &r.util_rollout},
+                                         {"util_trainer", 0.0, 64.0, &r.util_trainer},
+                                         {"env_latency_ms", 0.0, 600000.0, &r.env_latency_ms}}) {
+    if (!j.contains(key) || !j[key].is_number() || !(j[key].get<double>() >= lo) ||
+        !(j[key].get<double>() <= hi))
+      return Bad(where, std::string("run.") + key,
+                 "must be a number in [" + Number(lo) + ", " + Number(hi) + "], not " +
+                     (j.contains(key) ? j[key].dump() : std::string("missing")));
+    *out = j[key].get<double>();
+  }
+  if (size_t(r.tenants) != r.tasks.size())
     return Bad(where, "tasks", "must name one task per tenant");
-  if (r.steps < 1 || r.group_size < 1 || r.prompts_per_step < 1 || r.max_staleness < 0 ||
-      r.checkpoint_every < 1 || r.verifier_workers < 1 || r.env_latency_ms < 0 || r.wall_s <= 0)
-    return Bad(where, "set-up",
-               "steps, group_size, prompts_per_step, checkpoint_every, verifier_workers and "
-               "wall_s must be positive");
   if (!j.contains("costs") || !j["costs"].is_object())
     return Bad(where, "costs", "missing (written by marlaas bench pipeline)");
   const json& c = j["costs"];

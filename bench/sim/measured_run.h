@@ -44,6 +44,10 @@ struct RunCosts {
   std::map<std::string, TaskCostSums> tasks;
 };
 
+// The most tenants a run or a projection may have: a projection simulates every tenant's every
+// step (1024 tenants take about a second, 8192 did not finish in 30 s).
+inline constexpr int kMaxSimTenants = 4096;
+
 struct MeasuredRun {
   std::string mode;  // sequential_sync | multi_tenant_sync | async
   int tenants = 0;

@@ -28,6 +28,10 @@ constexpr double kRingHopS = 0.00015;
 constexpr double kToolAt = 0.8;           // a tool call comes 80% into its completion
 constexpr double kToolResultTokens = 12;  // "<result>...</result>" rejoins with the context
 constexpr double kEps = 1e-12;
+// A bound on one simulation's events (each a pass's end or a timer): 4096 tenants of the quick
+// set-up take 1.5 million; a profile whose passes take hours, polled every 2 ms, would take
+// billions (hours of the simulator's time) without it.
+constexpr uint64_t kMaxEvents = 100000000;
 
 enum Engine { kRolloutEngine = 0, kTrainerEngine = 1, kVerifierEngine = 2 };
 
@@ -613,7 +617,16 @@ Result<SimResult> Simulator::Run() {
     next_admit_ = n;
   }
   std::vector<int> active_on(capacity_.size());
+  uint64_t events = 0;
   while (finished_ < n) {
+    if (++events > kMaxEvents) {
+      return Status(StatusCode::kResourceExhausted,
+                    "simulation passed " + std::to_string(kMaxEvents) + " events at " +
+                        std::to_string(now_) + " simulated s with " + std::to_string(finished_) +
+                        " of " + std::to_string(n) +
+                        " tenants finished: the set-up or the cost profile's costs are too large "
+                        "to simulate");
+    }
     Kick();
     std::fill(active_on.begin(), active_on.end(), 0);
     for (const Work& w : works_) ++active_on[size_t(w.device)];

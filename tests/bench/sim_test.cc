@@ -136,6 +136,12 @@ TEST(SimCostProfileTest, JsonRoundTripsAndErrorsNameTheField) {
   auto negative = CostProfileFromJson(R"({"rollout":[0,-1,0,0],"trainer":[0,0,0,0]})");
   ASSERT_FALSE(negative.ok());
   EXPECT_NE(negative.status().message().find("rollout[1]"), std::string::npos);
+  // A pass of 1e308 s per row stalled the simulator's clock; an hour per term is the most.
+  auto huge = CostProfileFromJson(R"({"rollout":[0,0,0,0],"trainer":[0,0,1e308,0]})");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("trainer[2]: must be a number in [0, 3600]"),
+            std::string::npos)
+      << huge.status().ToString();
   auto cores = CostProfileFromJson(R"({"rollout":[0,0,0,0],"trainer":[0,0,0,0],"cores":0})");
   ASSERT_FALSE(cores.ok());
   EXPECT_NE(cores.status().message().find("cores"), std::string::npos);
@@ -433,6 +439,20 @@ TEST(SimulatorTest, TheSimulatedShareOfToolCallsIsTheMeasuredOneUpToWhatCanBeRep
   EXPECT_EQ(share_of(0), 0);
 }
 
+// A profile of an hour per row and per token (each term allowed: up to an hour), with the
+// service's polls every few milliseconds, was simulated for hours: the simulator gives up at its
+// event bound (here after a few seconds).
+TEST(SimulatorTest, ASimulationTooLongToRunEndsAtItsEventBound) {
+  CostProfile p = SimpleProfile();
+  p.rollout.c = {3600, 3600, 3600, 3600, 0};
+  SimSetup s;
+  s.tasks = {"arithmetic", "arithmetic"};
+  auto r = Simulate(s, p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("too large to simulate"), std::string::npos);
+}
+
 TEST(SimulatorTest, BadSetupsAreRefusedByName) {
   const CostProfile p = SimpleProfile();
   SimSetup s;
@@ -573,6 +593,31 @@ TEST(SimMeasuredRunTest, RoundTripsThroughJsonAndCalibratesTheTasks) {
       EXPECT_NE(r.status().message().find("run 5"), std::string::npos);
     }
   }
+  // The set-up's numbers are whole and within what a run can have: get<int>() took 2.7 tenants
+  // as 2 and 2^32 + 8 steps as 8, and 2e9 steps were simulated for hours.
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, nlohmann::json>>{{"tenants", 2.7},
+                                                           {"steps", 4294967304.0},
+                                                           {"steps", 2000000000},
+                                                           {"prompts_per_step", 100000000},
+                                                           {"seed", -1},
+                                                           {"group_size", 0},
+                                                           {"wall_s", 1e-300},
+                                                           {"util_rollout", -5},
+                                                           {"env_latency_ms", "0"}}) {
+    nlohmann::json bent = MeasuredRunToJson(m);
+    bent[key] = value;
+    auto r = MeasuredRunFromJson(bent, "run 6");
+    ASSERT_FALSE(r.ok()) << key << " = " << value.dump();
+    EXPECT_NE(r.status().message().find("run 6: run." + key), std::string::npos)
+        << r.status().ToString();
+  }
+  nlohmann::json overflowing = MeasuredRunToJson(m);
+  overflowing["costs"]["rollout"]["xtx"][1][1] = 1e308;
+  auto too_big = MeasuredRunFromJson(overflowing, "run 8");
+  ASSERT_FALSE(too_big.ok());
+  EXPECT_NE(too_big.status().message().find("costs.rollout"), std::string::npos)
+      << too_big.status().ToString();
   nlohmann::json broken = MeasuredRunToJson(m);
   broken.erase("steps");
   auto bad = MeasuredRunFromJson(broken, "run 7");
