@@ -162,11 +162,13 @@ std::string ProjectionTable(const std::vector<ProjectionRow>& rows) {
     if (r.mode == "sequential_sync") seq[{r.tenants, r.gpus}] = r.result.wall_s;
   for (const ProjectionRow& r : rows) {
     const auto it = seq.find({r.tenants, r.gpus});
-    const double speedup =
-        it != seq.end() && r.result.wall_s > 0 ? it->second / r.result.wall_s : 0;
-    out += Format("%-18s %7d %5d %9d %8d %10.1f %10.2f %11.2fx%s\n", r.mode.c_str(), r.tenants,
-                  r.gpus, r.result.rollout_replicas, r.result.trainers, r.result.wall_s,
-                  r.result.util_rollout, speedup, r.result.complete ? "" : "  INCOMPLETE");
+    // Without a sequential_sync row to compare with, the column says so rather than "0.00x".
+    const std::string speedup = it != seq.end() && r.result.wall_s > 0
+                                    ? Format("%.2fx", it->second / r.result.wall_s)
+                                    : std::string("-");
+    out += Format("%-18s %7d %5d %9d %8d %10.1f %10.2f %12s%s\n", r.mode.c_str(), r.tenants, r.gpus,
+                  r.result.rollout_replicas, r.result.trainers, r.result.wall_s,
+                  r.result.util_rollout, speedup.c_str(), r.result.complete ? "" : "  INCOMPLETE");
   }
   return out;
 }

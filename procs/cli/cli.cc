@@ -61,7 +61,7 @@ const std::vector<Command>& Commands() {
        RunSandboxRun},
       {"sample",
        "--task T [--adapter DIR] [--n N] [--temperature X] [--difficulty D] [--seed S] "
-       "[--model-dir DIR]",
+       "[--model-dir DIR] [--quiet (the mean only)]",
        "show a model's (and adapter's) answers and rewards on held-out examples", RunSample},
       {"tasks", "--task T [--n N] [--seed S] [--difficulty D] [--held-out] | --check FILE",
        "a built-in task's examples as JSONL (a custom job's dataset), or check a JSONL file",

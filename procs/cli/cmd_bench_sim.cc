@@ -187,6 +187,16 @@ int RunBenchSim(std::vector<std::string> args) {
     // A device profile (bench_model_profile) measures the engines; what a task's groups look
     // like (tokens, tool calls, verifier time) comes from the measured runs.
     if (projection_profile.tasks.empty()) projection_profile.tasks = calibrated->tasks;
+    for (const std::string& task : runs.front().tasks) {
+      if (projection_profile.tasks.count(task) == 0) {
+        std::fprintf(stderr,
+                     "marlaas bench sim: --profile %s has costs for tasks but none for '%s', a "
+                     "task of the measured runs (give every task, or none to take them from the "
+                     "runs)\n",
+                     profile_path.c_str(), task.c_str());
+        return 1;
+      }
+    }
     if (projection_profile.checkpoint_s == 0)  // host file writes, as measured here
       projection_profile.checkpoint_s = calibrated->checkpoint_s;
     if (projection_profile.admit_s == 0) projection_profile.admit_s = calibrated->admit_s;

@@ -1,7 +1,7 @@
 // `marlaas sample --task T [--model-dir DIR] [--adapter DIR] [--n N] [--temperature X]
-// [--difficulty D] [--seed S]`: shows what a model (optionally with a tenant's adapter, e.g. a
-// checkpoint folder) answers on held-out examples of a task, with each reward and the mean, the
-// same way the demo evaluates (greedy unless --temperature is given; tools executed).
+// [--difficulty D] [--seed S] [--quiet]`: shows what a model (optionally with a tenant's adapter,
+// e.g. a checkpoint folder) answers on held-out examples of a task, with each reward and the mean,
+// the same way the demo evaluates (greedy unless --temperature is given; tools executed).
 #include <cstdio>
 
 #include "procs/cli/base_model.h"
@@ -26,6 +26,10 @@ int RunSample(const std::vector<std::string>& argv) {
     return 2;
   const bool quiet = TakeSwitch(&args, "--quiet");
   if (int rc = RejectRest("sample", args)) return rc;
+  if (task.empty()) {  // the job spec's check would say "field 'task': ''"
+    std::fprintf(stderr, "marlaas sample: --task T is required (see `marlaas tasks --help`)\n");
+    return 2;
+  }
   pb::JobSpec j;
   j.set_tenant("sample");
   j.set_task(task);

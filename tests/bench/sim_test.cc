@@ -5,6 +5,7 @@
 #include <cmath>
 #include <random>
 #include <set>
+#include <sstream>
 
 #include "bench/sim/cost_model.h"
 #include "bench/sim/measured_run.h"
@@ -690,6 +691,26 @@ TEST(SimValidationTest, RepeatsOfASetUpAreOneRowCheckedOnTheirMean) {
   EXPECT_NEAR((*own)[0].predicted.wall_s, expected + 0.02 + 0.03 + 0.1, 1e-9);
   EXPECT_NEAR((*own)[1].predicted.wall_s, expected + 0.02 + 0.03 + 0.05, 1e-9);
   EXPECT_EQ(p.checkpoint_s, 0);  // the profile itself is left as it was
+}
+
+// The speed-up column compares with sequential_sync at the same tenants and GPUs; without such a
+// row it says "-" (it said "0.00x", which reads as a result).
+TEST(SimReportTest, TheSpeedUpColumnNeedsASequentialRowToCompareWith) {
+  ProjectionRow seq{"sequential_sync", 32, 1, {}}, async{"async", 32, 1, {}},
+      alone{"async", 64, 1, {}};
+  seq.result.wall_s = 100;
+  async.result.wall_s = 20;
+  alone.result.wall_s = 30;
+  for (ProjectionRow* r : {&seq, &async, &alone}) r->result.complete = true;
+  const std::string table = ProjectionTable({seq, async, alone});
+  std::istringstream lines(table);
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(lines, line);) rows.push_back(line);
+  ASSERT_EQ(rows.size(), 4u) << table;
+  EXPECT_NE(rows[1].find(" 1.00x"), std::string::npos) << table;
+  EXPECT_NE(rows[2].find(" 5.00x"), std::string::npos) << table;
+  EXPECT_EQ(rows[3].find("x"), std::string::npos) << table;
+  EXPECT_EQ(rows[3].back(), '-') << table;
 }
 
 }  // namespace

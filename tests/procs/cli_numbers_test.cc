@@ -39,6 +39,20 @@ TEST(CliNumbersTest, PretrainAndDemoRefuseBadNumbersByName) {
   EXPECT_FALSE(std::filesystem::exists(dir.path() + "/s"));
 }
 
+// `sample` without --task named the job spec's field ("field 'task': ''"), not the option.
+TEST(CliNumbersTest, SampleNamesAMissingTaskAndBadNumbers) {
+  for (const auto& [args, why] : std::vector<std::pair<std::string, std::string>>{
+           {"sample --n 3", "--task T is required"},
+           {"sample --task arithmetic --n 0", "--n: '0' is not a whole number in [1, 100000]"},
+           {"sample --task arithmetic --temperature nan", "--temperature: 'nan'"},
+           {"sample --task arithmetic --difficulty +2", "--difficulty: '+2'"},
+           {"sample --task arithmetic --adapter ''", "--adapter is empty"}}) {
+    const auto r = RunMarlaas(args);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.output;
+    EXPECT_NE(r.output.find(why), std::string::npos) << args << ": " << r.output;
+  }
+}
+
 // An instance name is checked where it is given, as the segments' names check it: `serve
 // --instance a/b` failed only when its first segment was made (exit 1), and `segments --instance
 // ''` listed every instance's segments.
