@@ -57,6 +57,16 @@ Result<pb::ControlReply> CallService(const std::string& state_dir, pb::ControlRe
   Status st = serve::WriteFrame(fd, request.SerializeAsString(), deadline);
   Result<std::string> frame = st.ok() ? serve::ReadFrame(fd, deadline) : Result<std::string>(st);
   ::close(fd);
+  if (!frame.ok() && frame.status().code() == StatusCode::kUnavailable) {
+    // Connected, then cut off (a service stopping, SIGTERM): the request may or may not have
+    // been carried out, and the caller is told so rather than "Connection reset by peer".
+    return Status(StatusCode::kUnavailable,
+                  "the service on " + path + " closed the connection before it answered (" +
+                      frame.status().message() +
+                      "; was it stopped?): whether the request took effect is unknown; `marlaas "
+                      "status --state-dir " +
+                      state_dir + "` shows it once a service runs there");
+  }
   if (!frame.ok()) return frame.status();
   pb::ControlReply reply;
   if (!reply.ParseFromString(*frame))

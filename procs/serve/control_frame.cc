@@ -63,6 +63,8 @@ Status WriteFrame(int fd, const std::string& payload, Clock::time_point deadline
       sent += size_t(n);
     } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
       MARLAAS_RETURN_IF_ERROR(WaitFd(fd, POLLOUT, deadline, "the peer is not reading"));
+    } else if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) {
+      return Status(StatusCode::kUnavailable, "the peer closed the connection");
     } else {
       return ErrnoStatus("writing to the control socket", errno);
     }
@@ -83,6 +85,8 @@ Result<std::string> ReadFrame(int fd, Clock::time_point deadline) {
                                                   ? "the service closed the connection mid-frame"
                                                   : "the service closed the connection");
     }
+    if (n < 0 && errno == ECONNRESET)  // the peer went away with data unread: closed too
+      return Status(StatusCode::kUnavailable, "the service closed the connection (reset)");
     if (n < 0 && errno != EAGAIN && errno != EINTR)
       return ErrnoStatus("reading the control socket", errno);
     if (n > 0) reader.Feed(buf, size_t(n));

@@ -1,6 +1,7 @@
 // The control socket without the pipeline behind it: frames assembled from any split, fuzzed and
 // oversized frames closing only their own connection, many clients at once, and tokens.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -224,6 +225,46 @@ TEST(ControlClientTest, AFullQueueOfAServiceThatAcceptsNothingTimesOutTheCall) {
   EXPECT_FALSE(e.timed_out) << "the call waited in connect() past its deadline";
   EXPECT_TRUE(e.exited && e.code == 0) << "code " << e.code << " (1: answered, 2: not a timeout, "
                                        << "3: the message does not say why)";
+}
+
+// A service that takes the connection and goes away before it answers (stopped by SIGTERM, say):
+// the caller learns that the outcome is unknown and how to find it, whether the service read the
+// request first (an end of file) or not (a reset: the client saw only "Connection reset by
+// peer").
+TEST(ControlClientTest, AServiceThatClosesBeforeAnsweringLeavesTheOutcomeUnknown) {
+  for (const bool read_first : {true, false}) {
+    const testing::ScopedTempDir tmp("ctl-cut");
+    const std::string path = tmp.path() + "/control.sock";
+    const int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(listener, 0);
+    testing::ScopeExit close_listener([listener] { ::close(listener); });
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
+    ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    ASSERT_EQ(::listen(listener, 4), 0);
+    std::thread service([listener, read_first] {
+      const int c = ::accept(listener, nullptr, nullptr);
+      if (c < 0) return;
+      if (read_first) {
+        (void)serve::ReadFrame(c, serve::Clock::now() + std::chrono::seconds(10));
+      } else {  // the request still unread when it closes: a reset
+        pollfd p{c, POLLIN, 0};
+        (void)::poll(&p, 1, 10000);
+      }
+      ::close(c);
+    });
+    auto reply = cli::CallService(tmp.path(), StopRequest(7, "cut"), 10000);
+    service.join();
+    ASSERT_FALSE(reply.ok()) << read_first;
+    EXPECT_EQ(reply.status().code(), StatusCode::kUnavailable) << reply.status().ToString();
+    EXPECT_NE(reply.status().message().find("closed the connection before it answered"),
+              std::string::npos)
+        << reply.status().ToString();
+    EXPECT_NE(reply.status().message().find("whether the request took effect is unknown"),
+              std::string::npos)
+        << reply.status().ToString();
+  }
 }
 
 // Connections on which nothing moves for the idle timeout are closed (a quiet one, one that
