@@ -118,6 +118,21 @@ int Connect(const std::string& path) {
   return fd;
 }
 
+// A bare listening socket at `path` (a stand-in service that the test drives by hand); -1 when
+// it cannot be made.
+int Listen(const std::string& path, int backlog) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::listen(fd, backlog) != 0) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 TEST(ControlServerTest, TheSocketIsPrivateAndASecondServiceIsRefused) {
   const testing::ScopedTempDir tmp("ctl-mode");
   const std::string& dir = tmp.path();
@@ -202,14 +217,9 @@ TEST(ControlServerTest, AtTheConnectionCapANewClientWaitsForASlot) {
 TEST(ControlClientTest, AFullQueueOfAServiceThatAcceptsNothingTimesOutTheCall) {
   const testing::ScopedTempDir tmp("ctl-full");
   const std::string path = tmp.path() + "/control.sock";
-  const int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int listener = Listen(path, 0);  // a queue of one
   ASSERT_GE(listener, 0);
   testing::ScopeExit close_listener([listener] { ::close(listener); });
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  ASSERT_EQ(::listen(listener, 0), 0);  // a queue of one
   const int queued = Connect(path);     // fills it; never accepted
   testing::ScopeExit close_queued([queued] { ::close(queued); });
   const pid_t child = testing::ForkChild([&] {
@@ -234,15 +244,9 @@ TEST(ControlClientTest, AFullQueueOfAServiceThatAcceptsNothingTimesOutTheCall) {
 TEST(ControlClientTest, AServiceThatClosesBeforeAnsweringLeavesTheOutcomeUnknown) {
   for (const bool read_first : {true, false}) {
     const testing::ScopedTempDir tmp("ctl-cut");
-    const std::string path = tmp.path() + "/control.sock";
-    const int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int listener = Listen(tmp.path() + "/control.sock", 4);
     ASSERT_GE(listener, 0);
     testing::ScopeExit close_listener([listener] { ::close(listener); });
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
-    ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-    ASSERT_EQ(::listen(listener, 4), 0);
     std::thread service([listener, read_first] {
       const int c = ::accept(listener, nullptr, nullptr);
       if (c < 0) return;
