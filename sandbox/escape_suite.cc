@@ -46,6 +46,23 @@ std::string NoSurvivors(const std::string& marker) {
 
 bool Exited(const SandboxResult& r) { return r.outcome == SandboxOutcome::kExited; }
 
+// Calls each syscall (name, number) with zero arguments; every one must fail with `err`.
+EscapeCase SyscallsFailWith(const std::string& name,
+                            const std::vector<std::pair<std::string, int>>& calls, int err,
+                            const std::string& why) {
+  std::string list;
+  for (const auto& [call, nr] : calls) list += "('" + call + "', " + std::to_string(nr) + "), ";
+  return {
+      name,
+      Py("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nbad = []\nfor name, nr in [" +
+         list + "]:\n    ctypes.set_errno(0)\n    r = libc.syscall(nr, 0, 0, 0, 0, 0, 0)\n" +
+         "    if r != -1 or ctypes.get_errno() != " + std::to_string(err) +
+         ": bad.append('%s:%d/%d' % (name, r, ctypes.get_errno()))\nprint('reached:', *bad)"),
+      [why](const SandboxResult& r) {
+        return Expect(Exited(r) && r.stdout_data == "reached:\n", why, r);
+      }};
+}
+
 }  // namespace
 
 int CountHostProcesses(const std::string& needle) {
@@ -212,37 +229,19 @@ std::vector<EscapeCase> EscapeSuite() {
        }});
   // Every syscall of the deny list, called with zero arguments: EPERM from the filter, whatever
   // the kernel would have said to the arguments.
-  std::string calls;
+  std::vector<std::pair<std::string, int>> denied;
   for (const std::string& name : DeniedSyscallNames()) {
     const int nr = seccomp_syscall_resolve_name(name.c_str());
-    if (nr >= 0) calls += "('" + name + "', " + std::to_string(nr) + "), ";
+    if (nr >= 0) denied.emplace_back(name, nr);
   }
-  s.push_back({"every_denied_syscall_fails_with_eperm",
-               Py("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nbad = []\n"
-                  "for name, nr in [" +
-                  calls +
-                  "]:\n    ctypes.set_errno(0)\n    r = libc.syscall(nr, 0, 0, 0, 0, 0, 0)\n"
-                  "    if r != -1 or ctypes.get_errno() != 1: bad.append('%s:%d/%d' % (name, r, "
-                  "ctypes.get_errno()))\nprint('not refused:', *bad)"),
-               [](const SandboxResult& r) {
-                 return Expect(Exited(r) && r.stdout_data == "not refused:\n",
-                               "a denied syscall was not refused", r);
-               }});
+  s.push_back(SyscallsFailWith("every_denied_syscall_fails_with_eperm", denied, EPERM,
+                               "a denied syscall was not refused"));
   // Every syscall newer than the filter's library (listmount, statmount, open_tree_attr on a
   // 6.x kernel): ENOSYS from the filter, whatever the kernel has.
-  std::string newer;
-  for (int nr : NewerSyscallNumbers()) newer += std::to_string(nr) + ", ";
-  s.push_back({"syscalls_newer_than_the_filter_fail_with_enosys",
-               Py("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nbad = []\n"
-                  "for nr in [" +
-                  newer +
-                  "]:\n    ctypes.set_errno(0)\n    r = libc.syscall(nr, 0, 0, 0, 0, 0, 0)\n"
-                  "    if r != -1 or ctypes.get_errno() != 38: bad.append('%d:%d/%d' % (nr, r, "
-                  "ctypes.get_errno()))\nprint('reached:', *bad)"),
-               [](const SandboxResult& r) {
-                 return Expect(Exited(r) && r.stdout_data == "reached:\n",
-                               "a syscall newer than the filter was reached", r);
-               }});
+  std::vector<std::pair<std::string, int>> newer;
+  for (int nr : NewerSyscallNumbers()) newer.emplace_back(std::to_string(nr), nr);
+  s.push_back(SyscallsFailWith("syscalls_newer_than_the_filter_fail_with_enosys", newer, ENOSYS,
+                               "a syscall newer than the filter was reached"));
   // /proc/<pid>/mem writes pass page protections, so what matters is whose memory is reachable:
   // the program pokes its own memory through /proc/self/mem (allowed for any process), and the
   // only process it can see (PID 2: its init, PID 1, is hidden), hence the only mem file it can
