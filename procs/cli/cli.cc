@@ -50,8 +50,9 @@ const std::vector<Command>& Commands() {
       {"segments", "[--instance NAME]", "list MARLaaS shared-memory segments and their owners",
        RunSegments},
       {"clean", "[--instance NAME] [--dry-run]",
-       "remove shared-memory segments whose creating process has exited, and what killed "
-       "sandbox runs left (run cgroups, old empty mount points)",
+       "remove shared-memory segments whose creating process has exited (--instance: only "
+       "its own), and what killed sandbox runs of any instance left (run cgroups of dead "
+       "processes, old empty mount points; not with --dry-run)",
        RunClean},
       {"gpus", "", "list the CUDA devices this build can use, or say why there are none", RunGpus},
       {"sandbox-check", "", "show the isolation this host provides and run the escape suite",

@@ -44,6 +44,7 @@ int RunClean(const std::vector<std::string>& argv) {
       std::fprintf(stderr, "marlaas clean: %s\n", list.status().ToString().c_str());
       return 1;
     }
+    if (list->empty()) std::printf("no MARLaaS segments\n");
     for (const SegmentInfo& s : *list) PrintRow(s, s.stale() ? "would remove" : "kept (in use)");
     return 0;
   }

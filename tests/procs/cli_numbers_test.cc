@@ -81,9 +81,11 @@ TEST(CliNumbersTest, InstanceNamesAreCheckedWhereTheyAreGiven) {
     EXPECT_NE(r.output.find("--instance is empty"), std::string::npos) << args << ": " << r.output;
   }
   // A good name still lists (none of its segments exist).
-  const auto ok = RunMarlaas("segments --instance no-such_instance-1");
-  EXPECT_EQ(ok.status, 0) << ok.output;
-  EXPECT_NE(ok.output.find("no MARLaaS segments"), std::string::npos) << ok.output;
+  for (const std::string command : {"segments", "clean --dry-run"}) {
+    const auto ok = RunMarlaas(command + " --instance no-such_instance-1");
+    EXPECT_EQ(ok.status, 0) << ok.output;
+    EXPECT_NE(ok.output.find("no MARLaaS segments"), std::string::npos) << command << ok.output;
+  }
 }
 
 }  // namespace
