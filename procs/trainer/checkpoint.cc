@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "base/file_util.h"
 #include "model/torch_error.h"
@@ -163,20 +164,39 @@ Status SaveCheckpoint(const std::string& tenant_dir, const model::LoraAdapter& a
   }
   const std::string tmp = root + "/.tmp-" + name + "-" + std::to_string(getpid());
   std::error_code ec;
-  fs::remove_all(tmp, ec);
+  // What earlier saves left half-written (a full disk, a killed trainer) would hold the space
+  // the next one needs: only one trainer saves a tenant's checkpoints at a time, so every
+  // unfinished folder is stale.
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path(), ec);
+  }
+  ec.clear();
   fs::create_directories(tmp, ec);
   if (ec) return Status(StatusCode::kIo, "creating " + tmp + ": " + ec.message());
+  // Until the folder has its final name, a failure takes it away again.
+  struct RemoveUnlessKept {
+    std::string path;
+    bool keep = false;
+    ~RemoveUnlessKept() {
+      std::error_code e;
+      if (!keep) fs::remove_all(path, e);
+    }
+  } unfinished{tmp};
   json files = json::object();
   if (!LinkUnchangedFiles(tenant_dir, state, tmp, &files)) {
     MARLAAS_RETURN_IF_ERROR(adapter.ExportPeft(tmp, "marlaas-base"));
+    // Serialised in memory and written by us: LibTorch's file writer throws from its destructor
+    // on a full disk, which ended the trainer (std::terminate) instead of failing the save.
+    std::ostringstream bytes;
     try {
       torch::serialize::OutputArchive archive;
       optimizer.save(archive);
-      archive.save_to(tmp + "/optimizer.pt");
+      archive.save_to(bytes);
     } catch (const std::exception& e) {
-      return Status(StatusCode::kIo,
-                    "writing " + tmp + "/optimizer.pt: " + model::TorchErrorText(e));
+      return Status(StatusCode::kInternal,
+                    "serialising the optimizer for " + tmp + ": " + model::TorchErrorText(e));
     }
+    MARLAAS_RETURN_IF_ERROR(WriteFileAtomically(tmp + "/optimizer.pt", bytes.str()));
     for (const char* f : kFiles) {
       // write, fsync, rename: the files are durable before the folder gets its final name.
       MARLAAS_RETURN_IF_ERROR(SyncPath(tmp + "/" + f));
@@ -197,6 +217,7 @@ Status SaveCheckpoint(const std::string& tenant_dir, const model::LoraAdapter& a
   fs::remove_all(final_dir, ec);  // an incomplete folder of that name (no state.json)
   fs::rename(tmp, final_dir, ec);
   if (ec) return Status(StatusCode::kIo, "renaming " + tmp + ": " + ec.message());
+  unfinished.keep = true;
   MARLAAS_RETURN_IF_ERROR(SyncPath(root));
   MARLAAS_RETURN_IF_ERROR(WriteFileAtomically(root + "/LATEST", name + "\n"));
   // Keep the two newest, and older ones until two distinct copies of the weights are kept: folders

@@ -5,6 +5,9 @@
 #include "procs/trainer/checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -365,6 +368,49 @@ TEST_F(CheckpointTest, KeepsOnlyTheTwoNewest) {
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"LATEST", "step-00000003-000000000000",
                                              "step-00000004-000000000000"}));
+}
+
+// A save that runs out of space (here the file-size limit, as a full disk would): it fails with
+// the error, leaves no half-written folder and the previous checkpoint as it was. LibTorch's
+// writer threw from a destructor at the optimizer's file, which ended the trainer; and each
+// failed save left its folder behind, holding the space the next one needed.
+TEST_F(CheckpointTest, ASaveWithoutSpaceFailsCleanlyAndLeavesTheLastOne) {
+  Trained t = MakeTrained(*base_, 2);
+  CheckpointState s;
+  s.steps = 1;
+  ASSERT_TRUE(SaveCheckpoint(dir_, t.adapter, *t.opt, s).ok());
+  const std::string root = dir_ + "/checkpoints";
+  const std::string first = root + "/step-00000001-000000000000";
+  const auto adapter_bytes = fs::file_size(first + "/adapter_model.safetensors");
+  ASSERT_GT(fs::file_size(first + "/optimizer.pt"), adapter_bytes + 4096);
+  // What a killed trainer left.
+  fs::create_directories(root + "/.tmp-step-00000009-000000000000-99999");
+  std::ofstream(root + "/.tmp-step-00000009-000000000000-99999/optimizer.pt") << "half";
+  s.steps = 2;
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The adapter's file fits, the optimizer's does not: EFBIG (SIGXFSZ ignored).
+    ::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{adapter_bytes + 4096, adapter_bytes + 4096};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    const Status st = SaveCheckpoint(dir_, t.adapter, *t.opt, s);
+    const bool named = st.message().find("optimizer.pt") != std::string::npos;
+    ::_exit(st.ok() ? 1 : named ? 0 : 2);
+  }
+  int ws = 0;
+  ASSERT_EQ(::waitpid(child, &ws, 0), child);
+  ASSERT_TRUE(WIFEXITED(ws)) << "the save ended the process (signal " << WTERMSIG(ws) << ")";
+  EXPECT_EQ(WEXITSTATUS(ws), 0) << "1: it succeeded, 2: the error does not name optimizer.pt";
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(root)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"LATEST", "step-00000001-000000000000"}))
+      << "a half-written folder was left";
+  std::unique_ptr<torch::optim::AdamW> opt;
+  auto loaded = LoadLatestCheckpoint(dir_, *base_, OptimizerInto(&opt));
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->state.steps, 1u);
 }
 
 }  // namespace
