@@ -14,7 +14,7 @@
 
 namespace marlaas {
 
-inline constexpr uint32_t kMetricsLayoutVersion = 7;
+inline constexpr uint32_t kMetricsLayoutVersion = 8;
 inline constexpr int kStalenessBuckets = 8;  // staleness 0..6, and >= 7
 
 // Sums for a least-squares fit of a stage's cost per pass, seconds = c0 + c1*x1 + c2*x2 + c3*x3,
@@ -120,6 +120,10 @@ struct TenantMetrics {
   // equal results (a failed or timed-out call need not); resumed in one pass, only one of them
   // is computed (model::Generator), which the simulator models.
   uint64_t tool_calls_shared;
+  // Trainer: the steps its newest saved checkpoint holds. serve settles a tenant as finished
+  // only once they are all its steps: a final checkpoint that failed (a full disk) left it
+  // "finished" with its last steps lost.
+  uint64_t checkpointed_steps;
   // The latest problem of this tenant in this stage ("" when none); the rollout sets it only when
   // it cannot serve the tenant at all, which fails the tenant.
   char last_error[96];

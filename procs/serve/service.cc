@@ -415,14 +415,33 @@ void Service::Settle(int row, TenantRecord rec, TenantState state, const std::st
   Status st = WriteSettledStatus(dir, status);
   if (state != TenantState::kFinished)
     settled_records_[rec.id] = {rec.generation, status.step(), reason};
+  if (!st.ok()) std::fprintf(stderr, "[serve] tenant %s: %s\n", rec.id, st.ToString().c_str());
+  // The state is written whatever became of status.json: without it a restarted service
+  // resumes the tenant (a stopped one trained on). One that cannot be written now is tried
+  // again at every tick (SaveUnsavedStates).
   std::string text = TenantStateName(state);
   if (!reason.empty()) text += ": " + reason;
-  if (st.ok()) st = WriteFileAtomically(dir + "/state", text + "\n");
-  if (!st.ok()) std::fprintf(stderr, "[serve] tenant %s: %s\n", rec.id, st.ToString().c_str());
+  unsaved_states_[dir] = text + "\n";
+  SaveUnsavedStates();
   st = table_->Put(row, rec);
   if (!st.ok()) std::fprintf(stderr, "[serve] tenant %s: %s\n", rec.id, st.ToString().c_str());
   ++settled_;
   settle_ns_ += uint64_t(MonotonicNanos() - t0);
+}
+
+void Service::SaveUnsavedStates() {
+  for (auto it = unsaved_states_.begin(); it != unsaved_states_.end();) {
+    const Status st = WriteFileAtomically(it->first + "/state", it->second);
+    if (st.ok()) {
+      it = unsaved_states_.erase(it);
+      continue;
+    }
+    // Said once, and again when the service stops with it still unsaved.
+    if (reported_unsaved_.insert(it->first).second)
+      std::fprintf(stderr, "[serve] %s/state: %s (tried again while the service runs)\n",
+                   it->first.c_str(), st.ToString().c_str());
+    ++it;
+  }
 }
 
 void Service::RefreshSettledStatus(int row, const TenantRecord& rec) {
@@ -462,6 +481,7 @@ Status Service::StopTenant(const std::string& tenant) {
 
 void Service::Tick() {
   if (stopped_) return;
+  SaveUnsavedStates();
   const int64_t now = NowMs();
   // A stage's end (an exit, a signal, or a failed start): counted, and once it has ended
   // kGiveUpAfterCrashes times in a row, the service's failure.
@@ -579,7 +599,9 @@ void Service::Tick() {
       fail(row, rec, "verifier", vm->last_error);
     } else if (t_ok && tm->steps == 0 && tm->last_error[0]) {
       fail(row, rec, "trainer", tm->last_error);
-    } else if (t_ok && tm->steps >= rec.max_steps) {
+    } else if (t_ok && tm->steps >= rec.max_steps && tm->checkpointed_steps >= rec.max_steps) {
+      // Finished once its last step is saved too: until then (a full disk) it stays running,
+      // its reason the failed save's, and a restart resumes from what was saved.
       Settle(row, rec, TenantState::kFinished, "");
     } else if (r_ok && rm->last_error[0]) {
       fail(row, rec, "rollout", rm->last_error);
@@ -655,6 +677,12 @@ void Service::Stop(int grace_ms) {
     }
   }
   for (const std::string& name : segments_) (void)Segment::Remove({options_.stage.instance, name});
+  SaveUnsavedStates();
+  for (const auto& [dir, text] : unsaved_states_)
+    std::fprintf(stderr,
+                 "[serve] %s/state could not be written (%s): the next service resumes that "
+                 "tenant\n",
+                 dir.c_str(), text.substr(0, text.size() - 1).c_str());
   if (lock_fd_ >= 0) close(lock_fd_);
   lock_fd_ = -1;
 }

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -171,6 +172,8 @@ class Service {
   void Settle(int row, TenantRecord rec, TenantState state, const std::string& reason);
   // See settled_records_.
   void RefreshSettledStatus(int row, const TenantRecord& rec);
+  // Writes the <tenant>/state files of unsaved_states_; those written leave it.
+  void SaveUnsavedStates();
   TenantView ViewOf(int row, const TenantRecord& rec) const;
 
   ServiceOptions options_;
@@ -193,6 +196,10 @@ class Service {
     std::string reason;
   };
   std::map<std::string, SettledRecord> settled_records_;
+  // Settled tenants whose state file could not be written yet (a full or read-only disk): its
+  // folder and text, retried at every tick; reported_unsaved_: those already said on stderr.
+  std::map<std::string, std::string> unsaved_states_;
+  std::set<std::string> reported_unsaved_;
   uint64_t settled_ = 0, settle_ns_ = 0;
   struct Held;  // segments the service holds open (rings, adapter store)
   std::shared_ptr<Held> held_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -79,6 +80,13 @@ pb::TenantStatus TenantStatusOf(const TenantView& v) {
   const double alive_s = double(end_ms - int64_t(v.record.admitted_unix_ms)) / 1000.0;
   if (alive_s > 0) s.set_tokens_per_s(double(v.rollout.tokens) / alive_s);
   s.set_reason(ValidUtf8(v.record.reason));  // a verifier's stderr, cut at a byte limit
+  // A running tenant's trainer problem that does not fail it (a checkpoint that cannot be
+  // written): shown until it is over, rather than nothing.
+  if (v.record.state == TenantState::kRunning && s.reason().empty() &&
+      v.trainer.generation == v.record.generation && v.trainer.last_error[0] != '\0') {
+    const size_t n = strnlen(v.trainer.last_error, sizeof(v.trainer.last_error));
+    s.set_reason("trainer: " + ValidUtf8(std::string(v.trainer.last_error, n)));
+  }
   return s;
 }
 

@@ -66,6 +66,11 @@ struct TrainTenant {
   TenantMetrics metrics{};
 };
 
+// Whether the tenant's last save failed less than a second ago (retried once a second).
+bool RecentlyFailedToSave(const TrainTenant& t) {
+  return t.checkpoint_failed_ns != 0 && MonotonicNanos() - t.checkpoint_failed_ns < 1'000'000'000;
+}
+
 // One fetched scored-ring record, in ring order, until it can be acknowledged.
 struct Pending {
   RecordView view;
@@ -237,6 +242,7 @@ Status Trainer::StartTenant(const pipeline::WatchedTenant& w) {
   if (old.ok() && old->generation == t->generation) t->metrics = *old;
   t->metrics.generation = t->generation;
   t->metrics.steps = t->ck.steps;
+  t->metrics.checkpointed_steps = t->ck.steps;  // loaded from one, or none yet (0)
   t->metrics.groups = t->ck.groups_trained;
   t->metrics.groups_dropped = t->ck.groups_dropped;
   t->metrics.adapter_version = t->ck.version;
@@ -327,8 +333,16 @@ void Trainer::Checkpoint(TrainTenant* t) {
     t->checkpoint_failed_ns = MonotonicNanos();
     return;
   }
+  // Saved again: the problem a failed save reported is over (it stayed in `status`).
+  if (t->checkpoint_failed_ns != 0 &&
+      std::string(t->metrics.last_error).rfind("checkpoint: ", 0) == 0) {
+    t->metrics.last_error[0] = '\0';
+    std::error_code ec;
+    std::filesystem::remove(t->dir + "/" + kRole + ".error", ec);
+  }
   t->checkpoint_failed_ns = 0;
   t->checkpointed_retired = t->retired_total;
+  t->metrics.checkpointed_steps = t->ck.steps;
   Heartbeat();  // many tenants' checkpoints can make one pass long
 }
 
@@ -405,7 +419,8 @@ bool Trainer::TrainReady(bool under_pressure) {
         break;
       }
       if (p.tenant != nullptr && p.retire_index > p.tenant->checkpointed_retired) {
-        Checkpoint(p.tenant);
+        // After a failed save, once a second (it was tried on every pass: thousands of times).
+        if (!RecentlyFailedToSave(*p.tenant)) Checkpoint(p.tenant);
         break;
       }
     }
@@ -622,11 +637,10 @@ void Trainer::Heartbeat() {
 }
 
 void Trainer::SaveLateDrops() {
-  const int64_t now = MonotonicNanos();
   for (auto& [row, t] : tenants_) {
     if (!t->finished || t->retired_total == t->checkpointed_retired) continue;
     // After a failed save (a full disk), try again once a second, not on every pass of the loop.
-    if (t->checkpoint_failed_ns != 0 && now - t->checkpoint_failed_ns < 1'000'000'000) continue;
+    if (RecentlyFailedToSave(*t)) continue;
     Checkpoint(t.get());
   }
 }

@@ -25,6 +25,7 @@
 #include "procs/serve/admission.h"
 #include "procs/serve/control_frame.h"
 #include "procs/serve/control_handler.h"
+#include "procs/serve/tenant_status.h"
 #include "procs/serve/tokens.h"
 #include "proto/job_spec.h"
 #include "shm/adapter_store.h"
@@ -463,6 +464,57 @@ TEST_F(PipelineTest, ServeExitsNonZeroAndNamesTheTenantsThatFailed) {
               fs::perms::owner_read | fs::perms::owner_write)
         << id;
   }
+}
+
+// A tenant whose checkpoints cannot be written (here a file where its checkpoints folder goes;
+// a full disk does the same): its steps reach the end, but it is not finished until they are
+// saved (it was settled "finished" with nothing saved, the steps lost); meanwhile `status` says
+// why, and once saving works again the trainer's retry saves them and it finishes.
+TEST_F(PipelineTest, ATenantWhoseStepsCannotBeSavedIsNotFinishedUntilTheyAre) {
+  StartService();
+  const std::string ckpts = TenantDir("unsaved") + "/checkpoints";
+  fs::create_directories(TenantDir("unsaved"));
+  ASSERT_TRUE(WriteFileAtomically(ckpts, "in the way\n").ok());
+  ASSERT_TRUE(service_->Admit(SmallJob("unsaved", "arithmetic", 4, 3)).ok());
+  auto view = [&] { return service_->Tenants().at(0); };
+  ASSERT_TRUE(RunUntil([&] { return view().trainer.steps >= 4; }, 90)) << "training stalled";
+  EXPECT_FALSE(RunUntil([&] { return service_->AllDone(); }, 4))
+      << "finished with none of its steps saved";
+  serve::TenantView v = view();
+  EXPECT_EQ(v.record.state, TenantState::kRunning);
+  EXPECT_EQ(v.trainer.checkpointed_steps, 0u);
+  const std::string reason = serve::TenantStatusOf(v).reason();
+  EXPECT_EQ(reason.rfind("trainer: checkpoint: ", 0), 0u) << reason;
+  EXPECT_FALSE(fs::exists(TenantDir("unsaved") + "/state"));
+  ASSERT_TRUE(fs::remove(ckpts));
+  ASSERT_TRUE(RunUntil([&] { return service_->AllDone(); }, 30))
+      << "the steps were not saved once they could be";
+  v = view();
+  EXPECT_EQ(v.record.state, TenantState::kFinished);
+  EXPECT_EQ(v.trainer.checkpointed_steps, 4u);
+  EXPECT_EQ(v.trainer.last_error[0], '\0') << v.trainer.last_error;  // over once saved
+  EXPECT_EQ(ReadAll(TenantDir("unsaved") + "/state").rfind("finished", 0), 0u);
+  EXPECT_EQ(ReadAll(ckpts + "/LATEST").rfind("step-", 0), 0u);
+}
+
+// A stopped tenant whose state file cannot be written at once (status.json and state blocked
+// by folders of those names): the state is tried again at every tick until it is written, so a
+// restarted service does not resume the tenant (it trained a stopped tenant on).
+TEST_F(PipelineTest, AStateThatCannotBeWrittenAtOnceIsWrittenLater) {
+  StartService();
+  ASSERT_TRUE(service_->Admit(SmallJob("blocked", "arithmetic", 400, 3)).ok());
+  ASSERT_TRUE(RunUntil([&] { return service_->Tenants().at(0).trainer.steps >= 1; }, 90));
+  for (const char* f : {"/status.json", "/state"}) fs::create_directories(TenantDir("blocked") + f);
+  ::testing::internal::CaptureStderr();
+  ASSERT_TRUE(service_->StopTenant("blocked").ok());
+  RunUntil([] { return false; }, 0.3);
+  EXPECT_TRUE(fs::is_directory(TenantDir("blocked") + "/state"));
+  for (const char* f : {"/status.json", "/state"}) fs::remove(TenantDir("blocked") + f);
+  RunUntil([&] { return fs::is_regular_file(TenantDir("blocked") + "/state"); }, 5);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(ReadAll(TenantDir("blocked") + "/state").rfind("stopped", 0), 0u) << err;
+  EXPECT_NE(err.find("/state: "), std::string::npos) << err;
+  EXPECT_NE(err.find("tried again while the service runs"), std::string::npos) << err;
 }
 
 // A newest checkpoint that is found bad when the trainer restarts: the trainer resumes from the
