@@ -1,14 +1,18 @@
 #include "procs/common/pipeline.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
-#include <fstream>
+#include <map>
+#include <mutex>
 
 #include "base/device_name.h"
 #include "base/file_util.h"
@@ -159,10 +163,69 @@ Result<pb::JobSpec> LoadTenantJob(const std::string& state_dir, const std::strin
   return LoadJobSpecFile(TenantDir(state_dir, tenant) + "/job.json");
 }
 
+namespace {
+
+// Writes all of `text` at the end of `path`; after a failed write the file may end in a torn
+// line, which `text` then starts after (a line of its own, left out by the readers).
+Status AppendText(const std::string& path, std::string text, bool after_failure) {
+  // Read and write: after a failure its last byte is read (pread needs a readable descriptor).
+  const int fd = ::open(path.c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus("opening " + path, errno);
+  struct stat st {};
+  char last = '\n';
+  if (after_failure && ::fstat(fd, &st) == 0 && st.st_size > 0 &&
+      ::pread(fd, &last, 1, st.st_size - 1) == 1 && last != '\n')
+    text.insert(text.begin(), '\n');
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      return ErrnoStatus("appending to " + path, err);
+    }
+    done += size_t(n);
+  }
+  return ::close(fd) == 0 ? Status::Ok() : ErrnoStatus("closing " + path, errno);
+}
+
+}  // namespace
+
 void AppendLine(const std::string& path, const std::string& line) {
-  std::ofstream f(path, std::ios::app);
-  f << line << '\n';
-  if (!f) std::fprintf(stderr, "marlaas: cannot append to %s\n", path.c_str());
+  struct Held {
+    std::string text;  // whole lines not written yet
+    uint64_t dropped = 0;
+  };
+  static std::mutex mu;
+  static std::map<std::string, Held> held;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = held.find(path);
+  const bool after_failure = it != held.end();
+  std::string text = after_failure ? it->second.text + line + "\n" : line + "\n";
+  const Status st = AppendText(path, text, after_failure);
+  if (st.ok()) {
+    if (after_failure) {
+      std::fprintf(stderr, "marlaas: %s: the held lines are written%s\n", path.c_str(),
+                   it->second.dropped > 0 ? (", but " + std::to_string(it->second.dropped) +
+                                             " older ones were dropped (more than the memory held)")
+                                                .c_str()
+                                          : "");
+      held.erase(it);
+    }
+    return;
+  }
+  if (!after_failure) {
+    std::fprintf(stderr, "marlaas: %s (its lines are held and written once it can be)\n",
+                 st.ToString().c_str());
+    it = held.emplace(path, Held{}).first;
+  }
+  while (text.size() > kHeldLogBytes) {  // the oldest lines go first
+    const size_t eol = text.find('\n');
+    text.erase(0, eol == std::string::npos ? text.size() : eol + 1);
+    ++it->second.dropped;
+  }
+  it->second.text = std::move(text);
 }
 
 Status PushMessage(RingProducer* ring, uint32_t type, const google::protobuf::MessageLite& msg,

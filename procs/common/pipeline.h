@@ -91,7 +91,13 @@ std::vector<std::string> StageArgv(const StageArgs& args);
 std::string TenantDir(const std::string& state_dir, const std::string& tenant);
 Result<pb::JobSpec> LoadTenantJob(const std::string& state_dir, const std::string& tenant);
 
-// Appends one line (a newline is added) to `path`; best effort, errors go to stderr.
+// Appends one line (a newline is added) to `path`. A line that cannot be written (a full or
+// read-only disk, a folder in the way) is held in memory, in order, and written before the next
+// line that can be: a log keeps every line, in order, across a passing fault (steps.jsonl had
+// lasting gaps). The first failure for a path is said on stderr with its reason, and so is the
+// write that catches up. At most kHeldLogBytes are held per path; older held lines beyond that
+// are dropped and counted in the catch-up message. Thread-safe.
+inline constexpr size_t kHeldLogBytes = 1 << 20;
 void AppendLine(const std::string& path, const std::string& line);
 
 // Serialises `msg` straight into the ring (no intermediate copy) as one record.

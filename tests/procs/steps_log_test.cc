@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/file_util.h"
+#include "procs/common/pipeline.h"
 #include "tests/test_util.h"
 
 namespace marlaas::trainer {
@@ -66,6 +68,32 @@ TEST(StepsLogTest, AnUnreadableLogIsAnErrorNamingItAndIsKept) {
   auto trimmed = TrimStepsLog(dir.path(), 0);
   ASSERT_FALSE(trimmed.ok());
   EXPECT_NE(trimmed.status().message().find(log), std::string::npos) << trimmed.status().ToString();
+}
+
+// A log that cannot be written for a while (here a folder in its place; a full or read-only
+// disk alike) loses no line: they are held and written, in order, with the next line that can be.
+// A torn last line a failed write left stays a line of its own. (Lines were dropped: steps.jsonl
+// kept gaps of hundreds of steps.)
+TEST(AppendLineTest, LinesThatCannotBeWrittenAreHeldAndWrittenInOrderLater) {
+  const testing::ScopedTempDir tmp("append-line");
+  const std::string log = tmp.path() + "/steps.jsonl";
+  pipeline::AppendLine(log, "1");
+  ASSERT_EQ(::mkdir((log + ".moved").c_str(), 0755), 0);
+  ASSERT_EQ(::rename(log.c_str(), (log + ".moved/steps.jsonl").c_str()), 0);
+  ASSERT_EQ(::mkdir(log.c_str(), 0755), 0);  // in the way
+  ::testing::internal::CaptureStderr();
+  pipeline::AppendLine(log, "2");
+  pipeline::AppendLine(log, "3");
+  ASSERT_EQ(::rmdir(log.c_str()), 0);
+  ASSERT_EQ(::rename((log + ".moved/steps.jsonl").c_str(), log.c_str()), 0);
+  ASSERT_TRUE(WriteFileAtomically(log, *ReadFile(log) + "{\"torn").ok());
+  pipeline::AppendLine(log, "4");
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(*ReadFile(log), "1\n{\"torn\n2\n3\n4\n");
+  EXPECT_NE(err.find("its lines are held"), std::string::npos) << err;
+  EXPECT_NE(err.find("the held lines are written"), std::string::npos) << err;
+  pipeline::AppendLine(log, "5");  // as before, once caught up
+  EXPECT_EQ(*ReadFile(log), "1\n{\"torn\n2\n3\n4\n5\n");
 }
 
 }  // namespace
