@@ -51,27 +51,69 @@ Result<ControlServer> ControlServer::Listen(const std::string& path, int idle_ti
     return Status(StatusCode::kAlreadyExists,
                   "a service is already listening on " + path + " (one service per state dir)");
   }
-  ::unlink(path.c_str());
   ControlServer s;
   s.path_ = path;
   s.idle_timeout_ms_ = idle_timeout_ms;
-  s.listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (s.listen_fd_ < 0) return ErrnoStatus("socket", errno);
+  MARLAAS_RETURN_IF_ERROR(s.Bind());
+  return s;
+}
+
+Status ControlServer::Bind() {
+  MARLAAS_ASSIGN_OR_RETURN(sockaddr_un addr, Address(path_));
+  ::unlink(path_.c_str());
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return ErrnoStatus("socket", errno);
   const mode_t old = ::umask(0177);  // the socket file is created 0600
-  const int bound = ::bind(s.listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  const int bound = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
   const int bind_errno = errno;
   ::umask(old);
-  if (bound != 0) return ErrnoStatus("bind " + path, bind_errno);
-  if (::chmod(path.c_str(), 0600) != 0) return ErrnoStatus("chmod " + path, errno);
-  if (::listen(s.listen_fd_, 64) != 0) return ErrnoStatus("listen " + path, errno);
-  return s;
+  Status st = Status::Ok();
+  struct stat file {};
+  if (bound != 0) {
+    st = ErrnoStatus("bind " + path_, bind_errno);
+  } else if (::chmod(path_.c_str(), 0600) != 0) {
+    st = ErrnoStatus("chmod " + path_, errno);
+  } else if (::listen(fd, 64) != 0) {
+    st = ErrnoStatus("listen " + path_, errno);
+  } else if (::stat(path_.c_str(), &file) != 0) {
+    st = ErrnoStatus("stat " + path_, errno);
+  }
+  if (!st.ok()) {
+    ::close(fd);
+    return st;
+  }
+  if (listen_fd_ >= 0) ::close(listen_fd_);  // its connections stay open
+  listen_fd_ = fd;
+  file_ = {file.st_dev, file.st_ino};
+  return Status::Ok();
+}
+
+void ControlServer::KeepSocketFile(int64_t now_ms) {
+  if (now_ms - checked_ms_ < 1000) return;
+  checked_ms_ = now_ms;
+  struct stat file {};
+  if (::stat(path_.c_str(), &file) == 0 && std::pair{file.st_dev, file.st_ino} == file_) return;
+  // Removed (a clean-up, a mistaken rm) or replaced: every client would be told that no service
+  // runs here, and a new one would be refused by the state dir's lock.
+  const Status st = Bind();
+  if (st.ok()) {
+    std::fprintf(stderr, "[serve] the control socket %s was gone; made it again\n", path_.c_str());
+    rebind_error_.clear();
+  } else if (st.message() != rebind_error_) {
+    std::fprintf(stderr, "[serve] the control socket %s is gone and cannot be made again: %s\n",
+                 path_.c_str(), st.ToString().c_str());
+    rebind_error_ = st.message();
+  }
 }
 
 ControlServer::ControlServer(ControlServer&& o) noexcept
     : path_(std::move(o.path_)),
       listen_fd_(o.listen_fd_),
       idle_timeout_ms_(o.idle_timeout_ms_),
-      conns_(std::move(o.conns_)) {
+      conns_(std::move(o.conns_)),
+      file_(o.file_),
+      checked_ms_(o.checked_ms_),
+      rebind_error_(std::move(o.rebind_error_)) {
   o.listen_fd_ = -1;
   o.conns_.clear();
   o.path_.clear();
@@ -141,6 +183,7 @@ void ControlServer::Poll(int timeout_ms, const Handler& handler) {
     fds.push_back({fd, short(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
   const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
   const int64_t now = NowMs();
+  KeepSocketFile(now);
   if (ready <= 0) {
     CloseIdle(now);
     return;

@@ -7,13 +7,17 @@
 // closes (a client's own timeout bounds that wait), they are not refused. A connection on which
 // nothing moves (no byte read, no reply byte written) for the idle timeout is closed and logged,
 // so clients that connect and go quiet cannot hold the slots forever (`marlaas` clients send one
-// request per connection and read its reply at once).
+// request per connection and read its reply at once). A socket file that is removed or replaced
+// while the service runs is made again within a second or two.
 // Not thread-safe.
 #pragma once
+
+#include <sys/types.h>
 
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "base/status.h"
 #include "procs/serve/control_frame.h"
@@ -42,6 +46,12 @@ class ControlServer {
     int64_t last_ms = 0;  // when a byte last moved (or it was accepted), steady clock
   };
   ControlServer() = default;
+  // Makes the socket file anew at path_ and listens there (replacing the listening socket; open
+  // connections stay).
+  Status Bind();
+  // At most once a second: a socket file that was removed or replaced is made again (said on
+  // stderr), so that clients keep finding the service.
+  void KeepSocketFile(int64_t now_ms);
   void Close(int fd, const char* why);
   void ReadFrom(int fd, const Handler& handler, int64_t now_ms);
   void CloseIdle(int64_t now_ms);
@@ -50,6 +60,9 @@ class ControlServer {
   int listen_fd_ = -1;
   int idle_timeout_ms_ = 60'000;
   std::map<int, Conn> conns_;
+  std::pair<dev_t, ino_t> file_{};  // the socket file bound
+  int64_t checked_ms_ = 0;
+  std::string rebind_error_;  // the last failure to make it again, said once
 };
 
 }  // namespace marlaas::serve

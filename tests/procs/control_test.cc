@@ -220,7 +220,7 @@ TEST(ControlClientTest, AFullQueueOfAServiceThatAcceptsNothingTimesOutTheCall) {
   const int listener = Listen(path, 0);  // a queue of one
   ASSERT_GE(listener, 0);
   testing::ScopeExit close_listener([listener] { ::close(listener); });
-  const int queued = Connect(path);     // fills it; never accepted
+  const int queued = Connect(path);  // fills it; never accepted
   testing::ScopeExit close_queued([queued] { ::close(queued); });
   const pid_t child = testing::ForkChild([&] {
     auto reply = cli::CallService(tmp.path(), StopRequest(7, "never"), 500);
@@ -235,6 +235,36 @@ TEST(ControlClientTest, AFullQueueOfAServiceThatAcceptsNothingTimesOutTheCall) {
   EXPECT_FALSE(e.timed_out) << "the call waited in connect() past its deadline";
   EXPECT_TRUE(e.exited && e.code == 0) << "code " << e.code << " (1: answered, 2: not a timeout, "
                                        << "3: the message does not say why)";
+}
+
+// The socket file removed (or replaced) while the service runs: the service makes it again, so
+// clients find it (they were told to start a service, which the state dir's lock refused).
+TEST(ControlServerTest, ARemovedSocketFileIsMadeAgain) {
+  const testing::ScopedTempDir tmp("ctl-gone");
+  ServerThread server(tmp.path());
+  const std::string path = tmp.path() + "/control.sock";
+  ::testing::internal::CaptureStderr();
+  for (const bool replace : {false, true}) {
+    ASSERT_EQ(::unlink(path.c_str()), 0);
+    if (replace) {
+      ASSERT_TRUE(WriteFileAtomically(path, "not a socket").ok());
+    }
+    const auto gone = std::chrono::steady_clock::now();
+    Result<pb::ControlReply> reply = Status(StatusCode::kUnavailable, "not yet");
+    while (!reply.ok() && std::chrono::steady_clock::now() - gone < std::chrono::seconds(10)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      reply = cli::CallService(tmp.path(), StopRequest(3, "back"), 2000);
+    }
+    ASSERT_TRUE(reply.ok()) << replace << ": " << reply.status().ToString();
+    EXPECT_EQ(reply->logs().lines(0), "back");
+    struct stat st {};
+    ASSERT_EQ(::stat(path.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISSOCK(st.st_mode));
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("the control socket " + path + " was gone; made it again"), std::string::npos)
+      << err;
 }
 
 // A service that takes the connection and goes away before it answers (stopped by SIGTERM, say):
