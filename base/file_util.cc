@@ -47,6 +47,15 @@ Status CheckOutputFile(const std::string& flag, const std::string& path) {
   return Status::Ok();
 }
 
+Result<bool> RotateIfLarger(const std::string& path, const std::string& older, uint64_t max_bytes) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || uint64_t(st.st_size) < max_bytes)
+    return false;
+  if (::rename(path.c_str(), older.c_str()) != 0)
+    return ErrnoStatus("rotating " + path + " to " + older, errno);
+  return true;
+}
+
 Status WriteFileAtomically(const std::string& path, const std::string& contents) {
   if (const char* what = NotARegularFile(path)) {
     return Status(StatusCode::kInvalidArgument,

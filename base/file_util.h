@@ -1,6 +1,7 @@
 // Small file helpers with the durability the state dir needs. Thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "base/status.h"
@@ -17,6 +18,10 @@ Status WriteFileAtomically(const std::string& path, const std::string& contents)
 // whose results it is to hold (hours of benchmark runs, a demo) so that they are not lost to a
 // typo; the error names the option (`flag`).
 Status CheckOutputFile(const std::string& flag, const std::string& path);
+// Keeps a log from growing without end: when `path` holds `max_bytes` or more, it is renamed to
+// `older` (replacing the one there), so the log and its previous part hold at most about twice
+// `max_bytes`. Returns whether it rotated; a failed rename is an error naming both.
+Result<bool> RotateIfLarger(const std::string& path, const std::string& older, uint64_t max_bytes);
 // What `path` is when it exists and is not a regular file (after symlinks): "a folder", "a
 // device", "a pipe", "a socket"; nullptr for a regular file or nothing there.
 const char* NotARegularFile(const std::string& path);

@@ -12,6 +12,7 @@
 #include "base/file_util.h"
 #include "procs/cli/base_model.h"
 #include "procs/cli/cli.h"
+#include "procs/cli/run_jobs.h"
 #include "procs/cli/svg_chart.h"
 
 namespace marlaas::cli {
@@ -172,10 +173,15 @@ int RunReport(const std::vector<std::string>& argv) {
     curves.push_back(std::move(s));
   }
   std::vector<ChartSeries> util = {{"rollout", {}}, {"trainer", {}}, {"verifier", {}}};
-  const std::string metrics_path = state_dir + "/metrics.jsonl";
-  const std::vector<std::pair<size_t, json>> metrics = ReadJsonl(metrics_path, &skipped);
+  // The log's older part first (serve rotates it past kMetricsLogBytes), then the current one.
+  std::vector<std::pair<std::string, std::pair<size_t, json>>> metrics;
+  for (const char* name : {kOlderMetricsLog, kMetricsLog}) {
+    const std::string path = state_dir + "/" + name;
+    for (auto& l : ReadJsonl(path, &skipped)) metrics.emplace_back(path, std::move(l));
+  }
   std::optional<double> t0;
-  for (const auto& [line, m] : metrics) {
+  for (const auto& [metrics_path, numbered] : metrics) {
+    const auto& [line, m] = numbered;
     const std::optional<double> ms = NumberAt(m, "unix_ms");
     if (!ms) {
       skipped.Add(metrics_path, line, "unix_ms");

@@ -7,6 +7,7 @@
 #include <optional>
 #include <thread>
 
+#include "base/file_util.h"
 #include "procs/common/pipeline.h"
 #include "procs/serve/control_handler.h"
 #include "procs/serve/control_server.h"
@@ -14,6 +15,19 @@
 #include "procs/serve/tokens.h"
 
 namespace marlaas::cli {
+namespace {
+
+// <state>/metrics.jsonl gains a line every 2 s (about 10 MB a day idle, far more with many
+// tenants): past kMetricsLogBytes it becomes metrics.1.jsonl (the one before goes) and a new one
+// starts, so the two hold at most about twice that.
+void AppendMetricsLine(const std::string& state_dir, const std::string& line) {
+  const std::string path = state_dir + "/" + kMetricsLog;
+  auto rotated = RotateIfLarger(path, state_dir + "/" + kOlderMetricsLog, kMetricsLogBytes);
+  if (!rotated.ok()) std::fprintf(stderr, "[serve] %s\n", rotated.status().ToString().c_str());
+  pipeline::AppendLine(path, line);
+}
+
+}  // namespace
 
 Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
   // Before the stages start: they inherit the ignored SIGHUP (a closed terminal stops none of
@@ -162,10 +176,8 @@ Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
     if (monitor.wall_s() >= next_print) {
       monitor.Sample(*service);
       next_print += o.print_every_s;
-      if (o.metrics_jsonl) {
-        pipeline::AppendLine(o.service.stage.state_dir + "/metrics.jsonl",
-                             serve::MetricsJsonLine(*service, monitor));
-      }
+      if (o.metrics_jsonl)
+        AppendMetricsLine(o.service.stage.state_dir, serve::MetricsJsonLine(*service, monitor));
       if (!o.quiet) std::printf("\n%s", monitor.Table(*service).c_str());
       std::fflush(stdout);
     }
@@ -173,10 +185,8 @@ Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
   monitor.Sample(*service);
   // The final state too: a run shorter than print_every_s (or ended by a signal) still leaves a
   // line naming every tenant.
-  if (o.metrics_jsonl) {
-    pipeline::AppendLine(o.service.stage.state_dir + "/metrics.jsonl",
-                         serve::MetricsJsonLine(*service, monitor));
-  }
+  if (o.metrics_jsonl)
+    AppendMetricsLine(o.service.stage.state_dir, serve::MetricsJsonLine(*service, monitor));
   if (!o.quiet) std::printf("\n%s", monitor.Table(*service).c_str());
   report.wall_s = monitor.wall_s();
   report.rollout_util = monitor.Utilization("rollout");

@@ -2,6 +2,7 @@
 // the live table; shared by `marlaas serve` and `marlaas demo`.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,12 @@
 #include "procs/serve/service.h"
 
 namespace marlaas::cli {
+
+// The metrics log in the state dir, and its previous part once it has grown past
+// kMetricsLogBytes (`marlaas report` reads both, the older first).
+inline constexpr const char kMetricsLog[] = "metrics.jsonl";
+inline constexpr const char kOlderMetricsLog[] = "metrics.1.jsonl";
+inline constexpr uint64_t kMetricsLogBytes = 64ull << 20;
 
 struct RunJobsOptions {
   serve::ServiceOptions service;
@@ -29,7 +36,8 @@ struct RunJobsOptions {
   // find no room (max_tenants, the memory budget) wait and are admitted in order as tenants
   // settle; one that no longer passes its checks then, or that does not fit into an idle service,
   // is refused and named (RunJobsReport::refused), and the others go on.
-  // Every print interval, append a line to <state-dir>/metrics.jsonl (metrics_export.h).
+  // Every print interval, append a line to <state-dir>/metrics.jsonl (metrics_export.h; rotated
+  // to metrics.1.jsonl past kMetricsLogBytes).
   bool metrics_jsonl = false;
   // Serve Prometheus text on 127.0.0.1:port (0: any free port; -1: off).
   int metrics_port = -1;

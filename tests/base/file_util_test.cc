@@ -118,5 +118,21 @@ TEST(FileUtilTest, AnOutputThatIsNotARegularFileIsRefusedAndLeftAsItWas) {
   EXPECT_STREQ(NotARegularFile(tmp.path()), "a folder");
 }
 
+// A log past its size becomes its older part (replacing the one before); below it, or absent,
+// nothing moves.
+TEST(FileUtilTest, ALogPastItsSizeIsRotatedToItsOlderPart) {
+  const testing::ScopedTempDir tmp("rotate");
+  const std::string log = tmp.path() + "/m.jsonl", older = tmp.path() + "/m.1.jsonl";
+  EXPECT_FALSE(*RotateIfLarger(log, older, 10));  // no log yet
+  ASSERT_TRUE(WriteFileAtomically(older, "oldest\n").ok());
+  ASSERT_TRUE(WriteFileAtomically(log, "12345\n").ok());
+  EXPECT_FALSE(*RotateIfLarger(log, older, 10));
+  EXPECT_EQ(*ReadFile(log), "12345\n");
+  ASSERT_TRUE(WriteFileAtomically(log, "1234567890\n").ok());
+  EXPECT_TRUE(*RotateIfLarger(log, older, 10));
+  EXPECT_FALSE(FileExists(log));
+  EXPECT_EQ(*ReadFile(older), "1234567890\n");
+}
+
 }  // namespace
 }  // namespace marlaas

@@ -94,12 +94,20 @@ TEST(BenchCliTest, ReportCountsDamagedLinesAndNeverWaitsOnAPipe) {
                   .ok());
   ASSERT_TRUE(WriteFileAtomically(sd + "/tenants/t2/job.json", "{\"task\":\"arithmetic\"}").ok());
   ASSERT_EQ(::mkfifo((sd + "/tenants/t2/steps.jsonl").c_str(), 0600), 0);
+  // The metrics log's older part (serve rotates it) is read first, then the current one.
+  for (const auto& [name, ms] : {std::pair{"/metrics.1.jsonl", 1000}, {"/metrics.jsonl", 3000}}) {
+    ASSERT_TRUE(WriteFileAtomically(sd + name, "{\"unix_ms\":" + std::to_string(ms) +
+                                                   ",\"utilization_now\":{\"rollout\":0.5,"
+                                                   "\"trainer\":0.25,\"verifier\":0.1}}\n")
+                    .ok());
+  }
   const std::string out = tmp.path() + "/report";
   const auto r = RunMarlaas("report --state-dir " + sd + " --out " + out);
   ASSERT_EQ(r.status, 0) << r.output;
   // Four damaged lines in t1 (garbage, two out of range, one cut short) and t2's pipe; the torn
   // last line is not counted.
   EXPECT_NE(r.output.find("left out 5 damaged line(s)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("2 tenants, 2 metrics samples"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(sd + "/tenants/t1/steps.jsonl:2 (not a JSON object)"), std::string::npos)
       << r.output;
   const std::string table = ReadAll(out + "/table.txt");
