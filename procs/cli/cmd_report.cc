@@ -4,6 +4,7 @@
 // and table.txt (tenant, task, state, steps, reward at the first and last step) into --out
 // (default <state-dir>/reports/report-<unix seconds>). Works on a running or a stopped service.
 #include <algorithm>
+#include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -61,13 +62,19 @@ std::vector<std::pair<size_t, json>> ReadJsonl(const std::string& path, Skipped*
   return out;
 }
 
-// j[key] when it is a number that a chart can draw (svg_chart.h); nullopt when it is missing, of
-// another type or out of range.
-std::optional<double> NumberAt(const json& j, const char* key) {
+// j[key] when it is a finite number within +-`limit` (by default what a chart can draw,
+// svg_chart.h); nullopt when it is missing, of another type or out of range.
+std::optional<double> NumberAt(const json& j, const char* key, double limit = kMaxChartValue) {
   auto it = j.find(key);
-  if (it == j.end() || !it->is_number() || !Drawable(it->get<double>())) return std::nullopt;
-  return it->get<double>();
+  if (it == j.end() || !it->is_number()) return std::nullopt;
+  const double v = it->get<double>();
+  if (!std::isfinite(v) || std::fabs(v) > limit) return std::nullopt;
+  return v;
 }
+
+// A sample's time (ms since 1970: 1.8e12 now, past a chart's range; only its distance from the
+// first sample is drawn): up to the year 2286.
+constexpr double kMaxUnixMs = 1e13;
 
 // printf into a string of whatever length it needs (a row's task comes from a file).
 template <typename... Args>
@@ -182,7 +189,7 @@ int RunReport(const std::vector<std::string>& argv) {
   std::optional<double> t0;
   for (const auto& [metrics_path, numbered] : metrics) {
     const auto& [line, m] = numbered;
-    const std::optional<double> ms = NumberAt(m, "unix_ms");
+    const std::optional<double> ms = NumberAt(m, "unix_ms", kMaxUnixMs);
     if (!ms) {
       skipped.Add(metrics_path, line, "unix_ms");
       continue;

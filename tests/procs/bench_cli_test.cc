@@ -95,7 +95,10 @@ TEST(BenchCliTest, ReportCountsDamagedLinesAndNeverWaitsOnAPipe) {
   ASSERT_TRUE(WriteFileAtomically(sd + "/tenants/t2/job.json", "{\"task\":\"arithmetic\"}").ok());
   ASSERT_EQ(::mkfifo((sd + "/tenants/t2/steps.jsonl").c_str(), 0600), 0);
   // The metrics log's older part (serve rotates it) is read first, then the current one.
-  for (const auto& [name, ms] : {std::pair{"/metrics.1.jsonl", 1000}, {"/metrics.jsonl", 3000}}) {
+  // (Times as serve writes them, ms since 1970: past a chart's range, which only their
+  // distance from the first is drawn in.)
+  for (const auto& [name, ms] :
+       {std::pair{"/metrics.1.jsonl", 1796000000000LL}, {"/metrics.jsonl", 1796000002000LL}}) {
     ASSERT_TRUE(WriteFileAtomically(sd + name, "{\"unix_ms\":" + std::to_string(ms) +
                                                    ",\"utilization_now\":{\"rollout\":0.5,"
                                                    "\"trainer\":0.25,\"verifier\":0.1}}\n")
@@ -108,6 +111,9 @@ TEST(BenchCliTest, ReportCountsDamagedLinesAndNeverWaitsOnAPipe) {
   // last line is not counted.
   EXPECT_NE(r.output.find("left out 5 damaged line(s)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("2 tenants, 2 metrics samples"), std::string::npos) << r.output;
+  const std::string timeline = ReadAll(out + "/utilization.svg");
+  EXPECT_NE(timeline.find("points=\"60.0,"), std::string::npos) << timeline;  // both drawn
+  EXPECT_EQ(timeline.find("points=\"\""), std::string::npos) << timeline;
   EXPECT_NE(r.output.find(sd + "/tenants/t1/steps.jsonl:2 (not a JSON object)"), std::string::npos)
       << r.output;
   const std::string table = ReadAll(out + "/table.txt");
