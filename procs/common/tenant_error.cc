@@ -1,6 +1,7 @@
 #include "procs/common/tenant_error.h"
 
 #include <cstdio>
+#include <filesystem>
 
 #include "base/file_util.h"
 
@@ -12,6 +13,12 @@ void SetTenantError(const std::string& tenant_dir, const char* role, const std::
   const std::string path = tenant_dir + "/" + role + ".error";
   const Status st = WriteFileAtomically(path, text.substr(0, kTenantErrorBytes));
   if (!st.ok()) std::fprintf(stderr, "marlaas: %s\n", st.ToString().c_str());
+}
+
+void ClearTenantError(const std::string& tenant_dir, const char* role, TenantMetrics* m) {
+  m->last_error[0] = '\0';
+  std::error_code ec;
+  std::filesystem::remove(tenant_dir + "/" + role + ".error", ec);
 }
 
 std::string FullTenantError(const std::string& tenant_dir, const char* role,

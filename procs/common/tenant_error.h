@@ -19,6 +19,10 @@ inline constexpr size_t kTenantErrorBytes = 4096;
 void SetTenantError(const std::string& tenant_dir, const char* role, const std::string& text,
                     TenantMetrics* m);
 
+// Clears m->last_error and removes `tenant_dir`/`role`.error: the problem is over (a step or a
+// save that failed has since succeeded), and `status` stops showing it.
+void ClearTenantError(const std::string& tenant_dir, const char* role, TenantMetrics* m);
+
 // The whole error behind `cut` (a last_error serve read): the text of `tenant_dir`/`role`.error
 // when it begins with `cut`, else `cut` itself (no file, or it holds an older error).
 std::string FullTenantError(const std::string& tenant_dir, const char* role,

@@ -336,9 +336,7 @@ void Trainer::Checkpoint(TrainTenant* t) {
   // Saved again: the problem a failed save reported is over (it stayed in `status`).
   if (t->checkpoint_failed_ns != 0 &&
       std::string(t->metrics.last_error).rfind("checkpoint: ", 0) == 0) {
-    t->metrics.last_error[0] = '\0';
-    std::error_code ec;
-    std::filesystem::remove(t->dir + "/" + kRole + ".error", ec);
+    pipeline::ClearTenantError(t->dir, kRole, &t->metrics);
   }
   t->checkpoint_failed_ns = 0;
   t->checkpointed_retired = t->retired_total;
@@ -577,6 +575,12 @@ void Trainer::FinishStep(TrainTenant* t, const std::vector<pb::TrajectoryGroup>&
     behaviour_max = std::max<uint64_t>(behaviour_max, g.behaviour_version());
   }
   const uint64_t trained_at = t->ck.version;
+  // A step went through: an earlier step's error is over (a failed save's stays until a save
+  // succeeds, Checkpoint).
+  if (t->metrics.last_error[0] != '\0' &&
+      std::string(t->metrics.last_error).rfind("checkpoint: ", 0) != 0) {
+    pipeline::ClearTenantError(t->dir, kRole, &t->metrics);
+  }
   ++t->ck.steps;
   ++engine_.items;  // the trainer counts tenant steps
   ++t->ck.version;

@@ -558,6 +558,11 @@ TEST(TenantErrorTest, TheWholeErrorIsTakenOnlyWhenItContinuesTheCutOne) {
   EXPECT_EQ(pipeline::FullTenantError(dir.path(), "verifier", "another error"), "another error");
   pipeline::SetTenantError(dir.path(), "rollout", std::string(10000, 'y'), &m);
   EXPECT_EQ(ReadFile(dir.path() + "/rollout.error")->size(), pipeline::kTenantErrorBytes);
+  // Over (the step or save went through since): neither the record nor the file shows it.
+  pipeline::ClearTenantError(dir.path(), "rollout", &m);
+  EXPECT_EQ(m.last_error[0], '\0');
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/rollout.error"));
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/verifier.error"));  // another stage's
 }
 
 TEST(CommandLineTest, NumericFlagsAreCheckedAndNamed) {
