@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -91,6 +92,8 @@ Result<StageArgs> ParseStageArgs(const std::vector<std::string>& argv) {
       MARLAAS_RETURN_IF_ERROR(value(&v));
       if (!ParseIntIn(v, 0, 600000, &a.env_latency_ms))
         return Status(StatusCode::kInvalidArgument, "--env-latency-ms takes 0 to 600000");
+    } else if (f == "--log-file") {
+      MARLAAS_RETURN_IF_ERROR(value(&a.log_file));
     } else if (f == "--device") {
       MARLAAS_RETURN_IF_ERROR(value(&a.device));
       MARLAAS_RETURN_IF_ERROR(ParseDeviceName(a.device).status());
@@ -152,6 +155,10 @@ std::vector<std::string> StageArgv(const StageArgs& a) {
     v.push_back(std::to_string(a.replica));
   }
   if (a.adapter_broadcast) v.push_back("--adapter-broadcast");
+  if (!a.log_file.empty()) {
+    v.push_back("--log-file");
+    v.push_back(a.log_file);
+  }
   return v;
 }
 
@@ -281,6 +288,64 @@ void InstallStopHandlers(bool stop_with_parent) {
 bool StopRequested() { return g_stop.load(std::memory_order_relaxed); }
 void RequestStop() { g_stop.store(true); }
 
+namespace {
+
+std::mutex g_log_mu;
+std::string g_log_path;  // guarded by g_log_mu
+uint64_t g_log_max_bytes = 0;
+std::atomic<bool> g_log_set{false};
+
+// Past its size, the log on stderr becomes its older part and a new one takes its place on
+// stdout and stderr; the writes before this are in the older part, those after in the new one.
+void RotateStageLog() {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  struct stat on_fd {
+  }, on_disk{};
+  if (::fstat(STDERR_FILENO, &on_fd) != 0 || !S_ISREG(on_fd.st_mode) ||
+      uint64_t(on_fd.st_size) < g_log_max_bytes)
+    return;
+  if (::stat(g_log_path.c_str(), &on_disk) != 0 || on_disk.st_dev != on_fd.st_dev ||
+      on_disk.st_ino != on_fd.st_ino)
+    return;  // stderr is not the log (any more): leave both alone
+  const std::string older = OlderStageLog(g_log_path);
+  std::fflush(stdout);
+  if (::rename(g_log_path.c_str(), older.c_str()) != 0) {
+    const int err = errno;
+    g_log_max_bytes = UINT64_MAX;  // said once, not at every line
+    std::fprintf(stderr, "marlaas: rotating %s to %s: %s; it grows on\n", g_log_path.c_str(),
+                 older.c_str(), std::strerror(err));
+    return;
+  }
+  const int fd = ::open(g_log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int err = errno;
+    g_log_max_bytes = UINT64_MAX;
+    std::fprintf(stderr, "marlaas: opening %s: %s; the log goes on in %s\n", g_log_path.c_str(),
+                 std::strerror(err), older.c_str());
+    return;
+  }
+  ::dup2(fd, STDOUT_FILENO);
+  ::dup2(fd, STDERR_FILENO);
+  ::close(fd);
+  std::fprintf(stderr, "marlaas: the log before this line is in %s\n", older.c_str());
+}
+
+}  // namespace
+
+std::string OlderStageLog(const std::string& path) {
+  const std::string ext = ".log";
+  const bool has =
+      path.size() >= ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
+  return (has ? path.substr(0, path.size() - ext.size()) : path) + ".1.log";
+}
+
+void SetStageLogFile(const std::string& path, uint64_t max_bytes) {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  g_log_path = path;
+  g_log_max_bytes = max_bytes;
+  g_log_set.store(!path.empty());
+}
+
 void StageLog(const char* role, const char* fmt, ...) {
   char buf[1024];
   va_list ap;
@@ -293,6 +358,7 @@ void StageLog(const char* role, const char* fmt, ...) {
   localtime_r(&ts.tv_sec, &local);
   std::fprintf(stderr, "%02d:%02d:%02d.%03d [%s %d] %s\n", local.tm_hour, local.tm_min,
                local.tm_sec, int(ts.tv_nsec / 1'000'000), role, int(getpid()), buf);
+  if (g_log_set.load(std::memory_order_relaxed)) RotateStageLog();
 }
 
 }  // namespace marlaas::pipeline
@@ -328,6 +394,7 @@ int StageMain(int argc, char** argv, const char* role, Status (*run)(const Stage
     return 2;
   }
   InstallStopHandlers();
+  if (!args->log_file.empty()) SetStageLogFile(args->log_file);
   // Each pass and step allocates what the previous one freed: keep it rather than fault it in
   // again (base/heap.h). Only speed depends on it.
   if (Status heap = KeepFreedHeapMemory(); !heap.ok())

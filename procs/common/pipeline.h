@@ -82,6 +82,9 @@ struct StageArgs {
   // trainer's): the trainer sends every published adapter (procs/trainer/adapter_fanout.h), a
   // replica on another GPU receives them (procs/rollout/adapter_inbox.h).
   bool adapter_broadcast = false;
+  // The file serve sent the stage's stdout and stderr to (<state>/logs/<stage>.log): the stage
+  // keeps it from growing without end (SetStageLogFile). Empty: not rotated (run by hand).
+  std::string log_file;
 };
 Result<StageArgs> ParseStageArgs(const std::vector<std::string>& argv);
 std::vector<std::string> StageArgv(const StageArgs& args);
@@ -122,6 +125,16 @@ void RequestStop();
 // A line on stderr prefixed with the local time, the stage role and pid:
 // "14:03:07.412 [trainer 1234] ...".
 void StageLog(const char* role, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// A long-running service's stage logs grew without end (every dropped record and failed
+// candidate is a line). Once set, StageLog checks the size of the file on stderr: past
+// `max_bytes` it renames `path` to <path less .log>.1.log (the one before goes) and puts a new
+// `path` on stdout and stderr, so the two hold at most about twice `max_bytes` and no line is
+// lost at the switch. Nothing is done while stderr is not `path` (redirected elsewhere).
+inline constexpr uint64_t kStageLogBytes = 32ull << 20;
+void SetStageLogFile(const std::string& path, uint64_t max_bytes = kStageLogBytes);
+// <path less .log>.1.log: where SetStageLogFile's rotation puts the older part.
+std::string OlderStageLog(const std::string& path);
 
 }  // namespace marlaas::pipeline
 

@@ -180,9 +180,10 @@ Status Service::Spawn(Stage* stage) {
   pipeline::StageArgs args = options_.stage;
   args.replica = stage->replica;
   args.adapter_broadcast = stage->adapter_broadcast;
+  const std::string log = options_.stage.state_dir + "/logs/" + stage->name + ".log";
+  args.log_file = log;
   std::vector<std::string> argv = {exe};
   for (const std::string& a : pipeline::StageArgv(args)) argv.push_back(a);
-  const std::string log = options_.stage.state_dir + "/logs/" + stage->name + ".log";
   MARLAAS_ASSIGN_OR_RETURN(
       const std::optional<std::string> gpus,
       stage->role == pipeline::kRolloutRole

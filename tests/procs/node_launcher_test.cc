@@ -230,6 +230,9 @@ TEST(StageArgsTest, ReplicasTravelOnTheStageCommandLineAndAReplicaOutsideThemIsR
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->rollout_replicas, 3);
   EXPECT_EQ(back->replica, 2);
+  EXPECT_EQ(back->log_file, "");  // run by hand: no log of its own to rotate
+  a.log_file = "/s/logs/rollout.2.log";
+  EXPECT_EQ(pipeline::ParseStageArgs(pipeline::StageArgv(a))->log_file, a.log_file);
   a.rollout_replicas = 2;
   auto bad = pipeline::ParseStageArgs(pipeline::StageArgv(a));
   ASSERT_FALSE(bad.ok());
