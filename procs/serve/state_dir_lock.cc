@@ -1,13 +1,16 @@
 #include "procs/serve/state_dir_lock.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "base/process.h"
@@ -38,6 +41,43 @@ bool WriteHolder(int fd, bool stopping) {
   return ::ftruncate(fd, 0) == 0 && ::pwrite(fd, text, size_t(len), 0) == len;
 }
 
+// The other processes with `path` open (those this user may look at), as "pid N (name)" joined by
+// ", ": the ones that hold the lock, so that one that does not end on its own can be stopped.
+std::string ProcessesWithOpen(const std::string& path) {
+  struct stat target {};
+  if (::stat(path.c_str(), &target) != 0) return "";
+  std::string found;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return "";
+  while (const dirent* p = ::readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(p->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0' || pid == ::getpid()) continue;
+    const std::string fds = std::string("/proc/") + p->d_name + "/fd";
+    DIR* dir = ::opendir(fds.c_str());
+    if (dir == nullptr) continue;  // gone, or another user's
+    bool has = false;
+    while (const dirent* f = ::readdir(dir)) {
+      struct stat st {};
+      if (f->d_name[0] != '.' && ::stat((fds + "/" + f->d_name).c_str(), &st) == 0 &&
+          st.st_dev == target.st_dev && st.st_ino == target.st_ino) {
+        has = true;
+        break;
+      }
+    }
+    ::closedir(dir);
+    if (!has) continue;
+    char name[64] = {};
+    if (FILE* comm = std::fopen((std::string("/proc/") + p->d_name + "/comm").c_str(), "r")) {
+      if (std::fgets(name, sizeof(name), comm) != nullptr) name[std::strcspn(name, "\n")] = '\0';
+      std::fclose(comm);
+    }
+    found += (found.empty() ? "" : ", ") + std::string("pid ") + p->d_name + " (" + name + ")";
+  }
+  ::closedir(proc);
+  return found;
+}
+
 }  // namespace
 
 Result<int> AcquireStateDirLock(const std::string& state_dir, int wait_ms, int live_grace_ms) {
@@ -59,11 +99,22 @@ Result<int> AcquireStateDirLock(const std::string& state_dir, int wait_ms, int l
     }
     if (now >= give_up) {
       ::close(fd);
-      const std::string who =
-          other_alive ? "another service (pid " + std::to_string(holder.id.pid) + "), stopping,"
-                      : "the stage processes of an earlier service";
+      if (other_alive) {
+        return Status(StatusCode::kAlreadyExists,
+                      "another service (pid " + std::to_string(holder.id.pid) +
+                          "), stopping, still uses " + state_dir + " (" + path + " is locked)");
+      }
+      // A stage of a dead service that did not end (stopped, or stuck in the kernel) holds it
+      // for good: name it, so that it can be ended.
+      const std::string holders = ProcessesWithOpen(path);
       return Status(StatusCode::kAlreadyExists,
-                    who + " still use " + state_dir + " (" + path + " is locked)");
+                    "the stage processes of an earlier service still use " + state_dir + " (" +
+                        path + " is locked" +
+                        (holders.empty() ? ")"
+                                         : " by " + holders +
+                                               "; they end on their own within seconds of their "
+                                               "service: one that has not can be stopped with "
+                                               "kill -9 PID)"));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

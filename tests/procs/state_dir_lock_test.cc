@@ -20,14 +20,18 @@
 namespace marlaas::serve {
 namespace {
 
-// Waits for a byte on `fd` (a child's "I hold it"), at most 10 s.
-bool AwaitByte(int fd) {
-  char c;
+// Waits for `n` bytes on `fd` (a child's "I hold it", written by one write), at most 10 s.
+bool AwaitBytes(int fd, void* out, size_t n) {
   fd_set set;
   FD_ZERO(&set);
   FD_SET(fd, &set);
   timeval tv{10, 0};
-  return ::select(fd + 1, &set, nullptr, nullptr, &tv) == 1 && ::read(fd, &c, 1) == 1;
+  return ::select(fd + 1, &set, nullptr, nullptr, &tv) == 1 && ::read(fd, out, n) == ssize_t(n);
+}
+
+bool AwaitByte(int fd) {
+  char c;
+  return AwaitBytes(fd, &c, 1);
 }
 
 // Blocks until the other end of `fd` is closed.
@@ -121,17 +125,26 @@ TEST(StateDirLockTest, ADeadHoldersStagesAreWaitedFor) {
     auto fd = AcquireStateDirLock(tmp.path(), 1000);
     if (!fd.ok()) ::_exit(1);
     if (::fork() == 0) {  // a "stage": inherits the descriptor, outlives the service
-      (void)!::write(ready[1], "1", 1);
+      const pid_t self = ::getpid();
+      (void)!::write(ready[1], &self, sizeof(self));
       AwaitEof(release[0]);
       ::_exit(0);
     }
     ::_exit(0);
   }
   ::close(release[0]);
-  ASSERT_TRUE(AwaitByte(ready[0]));
+  pid_t stage = 0;
+  ASSERT_TRUE(AwaitBytes(ready[0], &stage, sizeof(stage)));
   int status = 0;
   ASSERT_EQ(::waitpid(service, &status, 0), service);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  // Given up on, the refusal names the process that holds the lock (a stage that does not end
+  // kept every later service out, and nothing said which process to stop).
+  auto refused = AcquireStateDirLock(tmp.path(), 300);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("is locked by pid " + std::to_string(stage) + " ("),
+            std::string::npos)
+      << refused.status().message();
   {
     Acquirer next(tmp.path());
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past the live grace
