@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 
 #include "base/file_util.h"
@@ -330,6 +331,10 @@ Result<pb::JobSpec> LoadUserJobSpec(const std::string& path) {
     d->set_jsonl_path(full.lexically_normal().string());
   }
   pb::VerifierSpec* v = spec.mutable_verifier();
+  // Where each file of the work dir came from: two arguments, or an argument and a `files` entry,
+  // that would put different text under one name are refused (the last one won without a word).
+  std::map<std::string, std::string> source;
+  for (const auto& [name, body] : v->files()) source[name] = "verifier.files '" + name + "'";
   for (int i = 1; i < v->command_size(); ++i) {
     const std::string& arg = v->command(i);
     const std::string file = !arg.empty() && arg[0] == '/' ? arg : dir + "/" + arg;
@@ -340,6 +345,13 @@ Result<pb::JobSpec> LoadUserJobSpec(const std::string& path) {
     std::ostringstream body;
     body << in.rdbuf();
     const std::string name = arg.substr(arg.rfind('/') + 1);
+    const auto [was, added] = source.emplace(name, "verifier.command item '" + arg + "'");
+    if (!added && v->files().at(name) != body.str()) {
+      return Status(StatusCode::kInvalidArgument,
+                    path + ": " + was->second + " and verifier.command item '" + arg +
+                        "' would both be the sandbox's file '" + name +
+                        "' with different contents: give them different names");
+    }
     (*v->mutable_files())[name] = body.str();
     v->set_command(i, name);
   }

@@ -17,17 +17,19 @@ struct Shape {
   const Descriptor* message = nullptr;
   bool map = false;
   const Descriptor* value_message = nullptr;
-  bool boolean = false;  // a bool field: true or false (or null), not "yes" or 1
+  bool boolean = false;   // a bool field: true or false (or null), not "yes" or 1
+  bool repeated = false;  // a list field: an array (or null), not one value, which protobuf took
 };
 
 // The shape of the value of `field` (a repeated field's: of each element).
 Shape ShapeOf(const FieldDescriptor* field) {
   if (field == nullptr) return {};
+  const bool list = field->is_repeated() && !field->is_map();
   if (field->message_type() == nullptr)
-    return {nullptr, false, nullptr, field->cpp_type() == FieldDescriptor::CPPTYPE_BOOL};
-  if (!field->is_map()) return {field->message_type(), false, nullptr, false};
+    return {nullptr, false, nullptr, field->cpp_type() == FieldDescriptor::CPPTYPE_BOOL, list};
+  if (!field->is_map()) return {field->message_type(), false, nullptr, false, list};
   const FieldDescriptor* value = field->message_type()->map_value();
-  return {nullptr, true, value ? value->message_type() : nullptr, false};
+  return {nullptr, true, value ? value->message_type() : nullptr, false, false};
 }
 
 const FieldDescriptor* FieldNamed(const Descriptor* m, const std::string& key) {
@@ -43,7 +45,12 @@ class DuplicateKeyFinder : public nlohmann::json_sax<json> {
   explicit DuplicateKeyFinder(const Descriptor* root) { next_.message = root; }
   std::string error;  // the first problem found
 
-  bool null() override { return Scalar(true); }
+  bool null() override {
+    is_null_ = true;  // protobuf reads null as unset: a list field may take it
+    const bool ok = Scalar(true);
+    is_null_ = false;
+    return ok;
+  }
   bool boolean(bool) override { return Scalar(true); }
   bool number_integer(number_integer_t) override { return Scalar(false); }
   bool number_unsigned(number_unsigned_t) override { return Scalar(false); }
@@ -52,6 +59,7 @@ class DuplicateKeyFinder : public nlohmann::json_sax<json> {
   bool binary(binary_t&) override { return Scalar(false); }
   bool start_object(std::size_t) override {
     const Shape shape = Value();
+    if (shape.repeated) return NotAList();
     open_.push_back(Frame{true, shape, {}, "", 0});
     return true;
   }
@@ -59,7 +67,7 @@ class DuplicateKeyFinder : public nlohmann::json_sax<json> {
     Frame& f = open_.back();
     f.key = k;
     const FieldDescriptor* field = f.shape.message ? FieldNamed(f.shape.message, k) : nullptr;
-    next_ = field ? ShapeOf(field) : Shape{f.shape.value_message, false, nullptr, false};
+    next_ = field ? ShapeOf(field) : Shape{f.shape.value_message, false, nullptr, false, false};
     const std::string name = field ? field->name() : k;  // one name per field
     const auto [at, added] = f.keys.emplace(name, k);
     if (!added) {
@@ -74,7 +82,8 @@ class DuplicateKeyFinder : public nlohmann::json_sax<json> {
     return true;
   }
   bool start_array(std::size_t) override {
-    const Shape shape = Value();
+    Shape shape = Value();
+    shape.repeated = false;  // the list's elements are each one value
     open_.push_back(Frame{false, shape, {}, "", -1});
     return true;
   }
@@ -104,7 +113,9 @@ class DuplicateKeyFinder : public nlohmann::json_sax<json> {
   // as unset), the only values a bool field takes here (protobuf also took the strings "yes",
   // "no", "true" and "false").
   bool Scalar(bool fits_bool) {
-    if (Value().boolean && !fits_bool) {
+    const Shape shape = Value();
+    if (shape.repeated && !is_null_) return NotAList();
+    if (shape.boolean && !fits_bool) {
       error = "gives key '" + Path() + "' a value that is not true or false";
       return false;
     }
@@ -128,7 +139,14 @@ class DuplicateKeyFinder : public nlohmann::json_sax<json> {
     }
     return p;
   }
+  // A list field given one value ("command": "/usr/bin/python3 check.py" was taken as a list of
+  // one program of that name).
+  bool NotAList() {
+    error = "gives key '" + Path() + "' one value where it takes a list ([...])";
+    return false;
+  }
   std::vector<Frame> open_;
+  bool is_null_ = false;
   Shape next_;  // the shape of the value that follows the last key (or of the top value)
 };
 

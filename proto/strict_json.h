@@ -18,7 +18,9 @@ namespace marlaas {
 // top). With `message`, the text is read as that message's JSON: a field named by both of its
 // names (`max_steps` and `maxSteps`, which protobuf merges) is named twice too; a map's keys
 // and unknown fields are compared as written; and a bool field given anything but true, false
-// or null (protobuf took "yes") is refused: "gives key 'a.b' a value that is not true or false".
+// or null (protobuf took "yes") is refused: "gives key 'a.b' a value that is not true or false";
+// and so is a list field given one value instead of a list (protobuf took it as a list of one):
+// "gives key 'a.b' one value where it takes a list ([...])".
 Status CheckStrictJson(const std::string& text,
                        const google::protobuf::Descriptor* message = nullptr);
 

@@ -138,6 +138,22 @@ TEST(JobSpecTest, TrailingCommasCommentsAndDuplicateKeysAreRefused) {
         "job spec gives key 'grpo.normalize_std' a value that is not true or false")
         << v;
   }
+  // A list field takes a list: protobuf took one string as a list of one, so a command line
+  // written as a string became one program named "/usr/bin/python3 check.py".
+  EXPECT_EQ(ErrorOf(R"({"tenant": "a", "task": "custom", "dataset": {"jsonl_path": "/d.jsonl"},
+                        "verifier": {"command": "/usr/bin/python3 check.py"}})"),
+            "job spec gives key 'verifier.command' one value where it takes a list ([...])");
+  EXPECT_EQ(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "lora": {"targets": "q_proj"}})"),
+            "job spec gives key 'lora.targets' one value where it takes a list ([...])");
+  EXPECT_EQ(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "lora": {"targets": {"q": 1}}})"),
+            "job spec gives key 'lora.targets' one value where it takes a list ([...])");
+  auto lists = ParseJobSpecJson(
+      R"({"tenant": "a", "task": "arithmetic", "lora": {"targets": ["q_proj", "v_proj"]}})");
+  ASSERT_TRUE(lists.ok()) << lists.status().ToString();
+  EXPECT_EQ(lists->lora().targets_size(), 2);
+  EXPECT_TRUE(
+      ParseJobSpecJson(R"({"tenant": "a", "task": "arithmetic", "lora": {"targets": null}})")
+          .ok());  // unset: the default, as protobuf reads null
   auto unset =
       ParseJobSpecJson(R"({"tenant": "a", "task": "arithmetic", "grpo": {"normalizeStd": false}})");
   ASSERT_TRUE(unset.ok()) << unset.status().ToString();
@@ -182,6 +198,37 @@ TEST(JobSpecTest, UserJobFilesTravelInTheJobNotAsHostPaths) {
   auto plain = LoadJobSpecFile(dir + "/job.json");
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(plain->verifier().files_size(), 0);
+  // Two files that would share a name in the work dir are refused, naming both (the last won);
+  // the same file twice, or the same text, is one file.
+  ::mkdir((dir + "/a").c_str(), 0755);
+  ::mkdir((dir + "/b").c_str(), 0755);
+  std::ofstream(dir + "/a/chk.py") << "print('a')\n";
+  std::ofstream(dir + "/b/chk.py") << "print('b')\n";
+  std::ofstream(dir + "/clash.json") << R"({"tenant": "u1", "task": "custom",
+      "dataset": {"jsonl_path": "/data/prompts.jsonl"},
+      "verifier": {"command": ["/usr/bin/python3", "a/chk.py", "b/chk.py"]}})";
+  auto clash = LoadUserJobSpec(dir + "/clash.json");
+  ASSERT_FALSE(clash.ok());
+  EXPECT_EQ(clash.status().message(),
+            dir +
+                "/clash.json: verifier.command item 'a/chk.py' and verifier.command item "
+                "'b/chk.py' would both be the sandbox's file 'chk.py' with different contents: "
+                "give them different names");
+  std::ofstream(dir + "/given.json") << R"({"tenant": "u1", "task": "custom",
+      "dataset": {"jsonl_path": "/data/prompts.jsonl"},
+      "verifier": {"command": ["/usr/bin/python3", "a/chk.py"], "files": {"chk.py": "eA=="}}})";
+  auto given = LoadUserJobSpec(dir + "/given.json");
+  ASSERT_FALSE(given.ok());
+  EXPECT_NE(given.status().message().find("verifier.files 'chk.py' and verifier.command item "
+                                          "'a/chk.py'"),
+            std::string::npos)
+      << given.status().message();
+  std::ofstream(dir + "/twice.json") << R"({"tenant": "u1", "task": "custom",
+      "dataset": {"jsonl_path": "/data/prompts.jsonl"},
+      "verifier": {"command": ["/usr/bin/python3", "a/chk.py", "a/../a/chk.py"]}})";
+  auto twice = LoadUserJobSpec(dir + "/twice.json");
+  ASSERT_TRUE(twice.ok()) << twice.status().ToString();
+  EXPECT_EQ(twice->verifier().files_size(), 1);
   // Names that would leave the work dir, and files for a built-in task, are refused by field.
   const std::string custom = R"({"tenant": "a", "task": "custom", "dataset": {"jsonl_path": "p"},
       "verifier": {"command": ["/bin/sh", "x"], "files": {)";
