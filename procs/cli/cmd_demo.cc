@@ -105,14 +105,24 @@ int RunDemo(const std::vector<std::string>& argv) {
   const bool weak = TakeSwitch(&args, "--allow-weak-sandbox");
   const bool quiet = TakeSwitch(&args, "--quiet");
   if (int rc = RejectRest("demo", args)) return rc;
-  // The summary's folder must exist before the minutes of training, unless it is inside the
-  // state dir, which the demo makes.
+  // The summary is checked before the minutes of training. Not inside the state dir: that holds
+  // the base model, the runs and their reports (a summary written over the base's config.json
+  // broke every later demo), and each report has its summary.json already.
   const auto inside = [](const std::string& path, const std::string& dir) {
-    const std::string p = fs::absolute(path).lexically_normal().string();
-    const std::string d = fs::absolute(dir).lexically_normal().string();
+    std::error_code ec;
+    const std::string p = fs::weakly_canonical(fs::absolute(path), ec).string();
+    const std::string d = fs::weakly_canonical(fs::absolute(dir), ec).string();
     return p.size() > d.size() && p.compare(0, d.size(), d) == 0 && p[d.size()] == '/';
   };
-  if (!summary_path.empty() && !inside(summary_path, state_dir)) {
+  if (!summary_path.empty()) {
+    if (inside(summary_path, state_dir)) {
+      std::fprintf(stderr,
+                   "marlaas demo: --summary %s is inside the state dir %s, which holds the base "
+                   "model and the runs (each report there has its summary.json): give a path "
+                   "outside it\n",
+                   summary_path.c_str(), state_dir.c_str());
+      return 2;
+    }
     if (Status st = CheckOutputFile("--summary", summary_path); !st.ok()) {
       std::fprintf(stderr, "marlaas demo: %s\n", st.message().c_str());
       return 2;
@@ -121,6 +131,17 @@ int RunDemo(const std::vector<std::string>& argv) {
   std::error_code ec;
   fs::create_directories(state_dir, ec);
   state_dir = fs::absolute(state_dir).string();
+  // The run's own state dir, made before the minutes of pretraining and evaluation (a state dir
+  // that could not take it failed only after them). Its name has the pid: two demos started in
+  // the same second on one state dir took the same one, and the second was refused.
+  const std::string run_id =
+      "demo-" + std::to_string(time(nullptr)) + "-" + std::to_string(getpid());
+  const std::string run_dir = state_dir + "/runs/" + run_id;
+  fs::create_directories(run_dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "marlaas demo: creating %s: %s\n", run_dir.c_str(), ec.message().c_str());
+    return 1;
+  }
   double pretrain_s = 0;
   bool cached = false;
   auto model_dir = EnsureTinyBase(state_dir, &pretrain_s, &cached);
@@ -132,10 +153,9 @@ int RunDemo(const std::vector<std::string>& argv) {
               cached ? "cached" : "pretrained now", pretrain_s);
 
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string run_id = "demo-" + std::to_string(time(nullptr));
   RunJobsOptions o;
   o.service.stage.instance = "demo" + std::to_string(getpid());
-  o.service.stage.state_dir = state_dir + "/runs/" + run_id;
+  o.service.stage.state_dir = run_dir;
   o.service.stage.model_dir = *model_dir;
   o.service.stage.threads = int(threads);
   o.service.stage.allow_weak_sandbox = weak;
@@ -168,10 +188,21 @@ int RunDemo(const std::vector<std::string>& argv) {
   std::fflush(stdout);
 
   auto report = RunJobs(o);
+  // Stopped early, the tenants are in the run's own state dir, not the demo's: say where, and
+  // how to go on with them.
+  const std::string resume = "its tenants are in " + run_dir + "; `marlaas serve --state-dir " +
+                             run_dir + " --model-dir " + *model_dir +
+                             "` resumes them (a new demo starts a new run)";
   if (!report.ok()) {
+    if (report.status().code() == StatusCode::kCancelled) {
+      std::fprintf(stderr, "marlaas demo: interrupted: %s\n", resume.c_str());
+      return 130;  // as serve
+    }
     std::fprintf(stderr, "marlaas demo: %s\n", report.status().ToString().c_str());
     return 1;
   }
+  if (report->timed_out)
+    std::fprintf(stderr, "marlaas demo: stopped at --timeout-s: %s\n", resume.c_str());
   const std::string report_dir = state_dir + "/reports/" + run_id;
   fs::create_directories(report_dir, ec);
   json summary = {{"wall_s", 0.0},

@@ -845,6 +845,20 @@ TEST(CliNumbersTest, BenchListsAndOutputAreCheckedBeforeAnyRun) {
   const std::string demo_err = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(demo_err.find("--summary /nonexistent-marlaas/s.json: no folder"), std::string::npos)
       << demo_err;
+  // Not inside the state dir, even where it exists: a summary over the cached base's config.json
+  // broke every later demo on it.
+  const testing::ScopedTempDir demo_state("demo-state");
+  ASSERT_TRUE(fs::create_directories(demo_state.path() + "/models/tiny"));
+  ASSERT_TRUE(WriteFileAtomically(demo_state.path() + "/models/tiny/config.json", "{}").ok());
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli::RunDemo({"--state-dir", demo_state.path(), "--summary",
+                          demo_state.path() + "/models/../models/tiny/config.json"}),
+            2);
+  const std::string inside_err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(inside_err.find("is inside the state dir " + demo_state.path()), std::string::npos)
+      << inside_err;
+  EXPECT_EQ(*ReadFile(demo_state.path() + "/models/tiny/config.json"), "{}");
+  EXPECT_FALSE(fs::exists(demo_state.path() + "/runs"));  // refused before anything started
   const testing::ScopedTempDir tmp("bench-sim");
   const std::string file = tmp.path() + "/cores.json";
   ASSERT_TRUE(WriteFileAtomically(file, R"({"cores": "two", "measured": [{}]})").ok());
