@@ -30,28 +30,31 @@ Result<AdapterStore> AdapterStore::Create(const std::string& instance, const Opt
   }
   const uint64_t per_slot = host ? 2 * buffer_bytes : sizeof(IpcSlotRecord);
   const uint64_t total = buffers_offset + per_slot * uint64_t(options.num_slots);
-  MARLAAS_ASSIGN_OR_RETURN(Segment seg,
-                           Segment::Create(StoreName(instance), SegmentKind::kAdapterStore,
-                                           kAdapterStoreLayoutVersion, total, [&](void* p, size_t) {
-                                             auto* h = new (p) AdapterStoreHeader();
-                                             h->num_slots = uint32_t(options.num_slots);
-                                             h->backend = uint32_t(options.backend);
-                                             h->buffer_bytes = buffer_bytes;
-                                             h->slots_offset = slots_offset;
-                                             h->buffers_offset = buffers_offset;
-                                             auto* slots = reinterpret_cast<AdapterSlot*>(
-                                                 static_cast<char*>(p) + slots_offset);
-                                             for (int i = 0; i < options.num_slots; ++i) {
-                                               new (&slots[i]) AdapterSlot();
-                                             }
-                                             if (!host) {
-                                               auto* records = reinterpret_cast<IpcSlotRecord*>(
-                                                   static_cast<char*>(p) + buffers_offset);
-                                               for (int i = 0; i < options.num_slots; ++i)
-                                                 new (&records[i]) IpcSlotRecord();
-                                             }
-                                             return Status::Ok();
-                                           }));
+  MARLAAS_ASSIGN_OR_RETURN(
+      Segment seg,
+      Segment::Create(
+          StoreName(instance), SegmentKind::kAdapterStore, kAdapterStoreLayoutVersion, total,
+          [&](void* p, size_t) {
+            auto* h = new (p) AdapterStoreHeader();
+            h->num_slots = uint32_t(options.num_slots);
+            h->backend = uint32_t(options.backend);
+            h->buffer_bytes = buffer_bytes;
+            h->slots_offset = slots_offset;
+            h->buffers_offset = buffers_offset;
+            auto* slots = reinterpret_cast<AdapterSlot*>(static_cast<char*>(p) + slots_offset);
+            for (int i = 0; i < options.num_slots; ++i) {
+              new (&slots[i]) AdapterSlot();
+            }
+            if (!host) {
+              auto* records =
+                  reinterpret_cast<IpcSlotRecord*>(static_cast<char*>(p) + buffers_offset);
+              for (int i = 0; i < options.num_slots; ++i) new (&records[i]) IpcSlotRecord();
+            }
+            return Status::Ok();
+          },
+          // Host buffers get their memory slot by slot, as
+          // tenants come (ReserveSlot): 1 GiB for 64 slots.
+          host ? size_t(buffers_offset) : SIZE_MAX));
   auto* h = static_cast<AdapterStoreHeader*>(seg.payload());
   std::unique_ptr<AdapterMemory> memory;
   if (host) {
@@ -61,6 +64,15 @@ Result<AdapterStore> AdapterStore::Create(const std::string& instance, const Opt
     memory = std::make_unique<NoAdapterMemory>(options.backend);
   }
   return AdapterStore(std::move(seg), std::move(memory));
+}
+
+Status AdapterStore::ReserveSlot(int slot) const {
+  if (slot < 0 || slot >= num_slots())
+    return Status(StatusCode::kInvalidArgument, "adapter slot " + std::to_string(slot));
+  if (backend() != AdapterBackend::kHost) return Status::Ok();  // no host buffers
+  const uint64_t per_slot = 2 * buffer_bytes();
+  return segment_.Reserve(size_t(header_->buffers_offset + per_slot * uint64_t(slot)),
+                          size_t(per_slot));
 }
 
 Result<AdapterStore> AdapterStore::Attach(const std::string& instance,

@@ -97,6 +97,10 @@ class AdapterStore {
   uint64_t buffer_bytes() const { return header_->buffer_bytes; }
 
   // Admitting process only.
+  // The creator, before a tenant gets `slot`: gives the slot's host buffers their memory in
+  // /dev/shm (Segment::Reserve), so that no write of its adapters can fault; kResourceExhausted
+  // naming /dev/shm when there is no room. Nothing to do with device buffers.
+  Status ReserveSlot(int slot) const;
   Status Register(int slot, const std::string& tenant_id, const AdapterLayout& layout);
   Status Release(int slot);
   Result<AdapterSlotInfo> Info(int slot) const;

@@ -3,8 +3,10 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/interprocess/shared_memory_object.hpp>
 #include <cerrno>
 #include <cstring>
@@ -29,6 +31,26 @@ Result<void*> MapFd(int fd, size_t bytes) {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return ErrnoStatus("mmap", errno);
   return p;
+}
+
+// Gives bytes [offset, offset + bytes) of the open shared-memory object `fd` (/`sys`) memory.
+Status ReserveRange(int fd, const std::string& sys, size_t offset, size_t bytes) {
+  if (bytes == 0) return Status::Ok();
+  const int err = ::posix_fallocate(fd, off_t(offset), off_t(bytes));
+  if (err == 0) return Status::Ok();
+  const auto mib = [](uint64_t b) { return std::to_string((b + (1 << 20) - 1) >> 20); };
+  if (err == ENOSPC || err == ENOMEM) {
+    struct statvfs vfs {};
+    const std::string free_now =
+        ::statvfs("/dev/shm", &vfs) == 0 ? mib(uint64_t(vfs.f_bavail) * vfs.f_frsize) : "?";
+    return Status(StatusCode::kResourceExhausted,
+                  "/dev/shm has no room for " + mib(bytes) + " MiB of segment /" + sys + " (" +
+                      free_now +
+                      " MiB free there): make /dev/shm larger (a container: --shm-size), or "
+                      "free it (`marlaas segments`; `df -h /dev/shm`)");
+  }
+  return Status(StatusCode::kIo,
+                "reserving " + mib(bytes) + " MiB of segment /" + sys + ": " + std::strerror(err));
 }
 
 }  // namespace
@@ -73,7 +95,7 @@ Status SegmentName::Validate() const {
 }
 
 Result<Segment> Segment::Create(const SegmentName& name, SegmentKind kind, uint32_t layout_version,
-                                size_t payload_bytes, const Init& init) {
+                                size_t payload_bytes, const Init& init, size_t reserve_bytes) {
   MARLAAS_RETURN_IF_ERROR(name.Validate());
   const std::string sys = name.SystemName();
   const size_t total = kPayloadOffset + payload_bytes;
@@ -93,6 +115,12 @@ Result<Segment> Segment::Create(const SegmentName& name, SegmentKind kind, uint3
     return Status(StatusCode::kIo, "cannot create segment /" + sys + ": " + e.what());
   }
   if (fd < 0) return ErrnoStatus("dup", errno);
+  if (Status st = ReserveRange(fd, sys, 0, kPayloadOffset + std::min(reserve_bytes, payload_bytes));
+      !st.ok()) {
+    ::close(fd);
+    (void)Remove(name);
+    return st;
+  }
   Result<void*> mapped = MapFd(fd, total);
   ::close(fd);
   if (!mapped.ok()) {
@@ -179,6 +207,19 @@ Result<Segment> Segment::Attach(const SegmentName& name, SegmentKind kind,
                                             " payload bytes but the object is smaller");
   }
   return seg;
+}
+
+Status Segment::Reserve(size_t offset, size_t bytes) const {
+  if (offset > payload_bytes() || bytes > payload_bytes() - offset) {
+    return Status(StatusCode::kInvalidArgument,
+                  "reserving past the end of segment /" + name_.SystemName());
+  }
+  const std::string sys = name_.SystemName();
+  const int fd = ::shm_open(("/" + sys).c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) return ErrnoStatus("shm_open /" + sys, errno);
+  Status st = ReserveRange(fd, sys, kPayloadOffset + offset, bytes);
+  ::close(fd);
+  return st;
 }
 
 Status Segment::Remove(const SegmentName& name) {

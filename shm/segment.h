@@ -62,9 +62,17 @@ class Segment {
   using Init = std::function<Status(void* payload, size_t bytes)>;
 
   // Creates a new segment; fails with kAlreadyExists if the name is taken. `init` runs on the
-  // zeroed payload before the segment becomes attachable.
+  // zeroed payload before the segment becomes attachable. The header and the first
+  // `reserve_bytes` of the payload (all of it by default) get their memory now (Reserve): a
+  // /dev/shm without room for them is kResourceExhausted naming it, where a page it could not
+  // hold was a SIGBUS at its first write, in whichever process wrote it.
   static Result<Segment> Create(const SegmentName& name, SegmentKind kind, uint32_t layout_version,
-                                size_t payload_bytes, const Init& init = nullptr);
+                                size_t payload_bytes, const Init& init = nullptr,
+                                size_t reserve_bytes = SIZE_MAX);
+  // Gives payload bytes [offset, offset + bytes) their memory in /dev/shm (posix_fallocate), so
+  // that writing them cannot fault; kResourceExhausted naming /dev/shm, the segment, what it
+  // needs and what is free, when there is no room. Already reserved bytes cost nothing.
+  Status Reserve(size_t offset, size_t bytes) const;
   // Maps an existing segment and checks magic, kind, layout version and instance.
   static Result<Segment> Attach(const SegmentName& name, SegmentKind kind, uint32_t layout_version);
   // Unlinks the name; mappings stay valid until unmapped. OK if it does not exist.

@@ -1,7 +1,9 @@
 #include "tests/test_util.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 
 #include <atomic>
@@ -24,6 +26,13 @@ ScopedInstance::~ScopedInstance() {
   auto list = ListSegments(name_);
   if (!list.ok()) return;
   for (const auto& s : *list) ::shm_unlink(("/" + s.system_name).c_str());
+}
+
+bool UsePrivateDevShm(const char* size) {
+  const std::string options = std::string("size=") + size;
+  return ::unshare(CLONE_NEWNS) == 0 &&
+         ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+         ::mount("tmpfs", "/dev/shm", "tmpfs", 0, options.c_str()) == 0;
 }
 
 pid_t ForkChild(const std::function<int()>& body) {

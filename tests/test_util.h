@@ -30,6 +30,11 @@ class ScopedInstance {
   std::string name_;
 };
 
+// In a forked child: moves it into a mount namespace of its own with a fresh tmpfs of `size`
+// (mount's option, "1m") on /dev/shm, so that it can run out of shared memory without touching
+// the machine's. False (with errno) where that is not allowed (not root): the caller skips.
+bool UsePrivateDevShm(const char* size);
+
 // Forks; the child runs body() and _exits with its return value (it never returns into gtest).
 pid_t ForkChild(const std::function<int()>& body);
 

@@ -351,6 +351,9 @@ Result<int> Service::AdmitChecked(const pb::JobSpec& spec, TenantState state) {
                              : " (budget: " + options_.memory_budget_source + ")"));
     }
   }
+  // The slot's adapter buffers get their memory now: a /dev/shm without room refuses the tenant
+  // by name, where the trainer's first write of its adapter died of SIGBUS.
+  MARLAAS_RETURN_IF_ERROR(held_->store->ReserveSlot(row));
   // The row first, then job.json, then the table: a failure before the last leaves no job.json
   // behind (a later service would resume it, and its id would be taken).
   MARLAAS_ASSIGN_OR_RETURN(TenantRecord old, table_->Get(row));

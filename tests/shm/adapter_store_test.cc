@@ -88,6 +88,30 @@ TEST(AdapterStoreTest, PublishThenReadReturnsTheNewestVersion) {
   EXPECT_EQ(info->layout.rank, 4u);
 }
 
+// The store's host buffers get their memory slot by slot, as tenants are admitted: a store far
+// larger than /dev/shm is made, a slot that fits is reserved, and one that does not is refused by
+// name (serve then refuses the tenant instead of the trainer dying of SIGBUS at its write).
+TEST(AdapterStoreTest, SlotsAreReservedOneByOneAndOneWithoutRoomIsRefused) {
+  ScopedInstance inst;
+  const pid_t child = ForkChild([&]() -> int {
+    if (!testing::UsePrivateDevShm("1m")) return 77;
+    auto store = AdapterStore::Create(inst.name(), {8, 256 << 10});  // 4 MiB of buffers
+    if (!store.ok()) return 1;
+    if (!store->ReserveSlot(0).ok()) return 2;  // 512 KiB
+    if (!store->ReserveSlot(0).ok()) return 3;  // again: nothing more
+    const Status second = store->ReserveSlot(1);
+    if (second.code() != StatusCode::kResourceExhausted ||
+        second.message().find("/dev/shm has no room for 1 MiB of segment /marlaas." + inst.name() +
+                              ".adapters") == std::string::npos)
+      return 4;
+    if (store->ReserveSlot(8).code() != StatusCode::kInvalidArgument) return 5;
+    return 0;
+  });
+  const auto e = testing::WaitChildFor(child, 60);
+  if (e.exited && e.code == 77) GTEST_SKIP() << "no mount namespace here (not root)";
+  EXPECT_TRUE(e.exited && e.code == 0) << "exit " << e.code << " signal " << e.signal;
+}
+
 TEST(AdapterStoreTest, VersionsMustIncreaseAndSlotsBeHeld) {
   ScopedInstance inst;
   auto store = AdapterStore::Create(inst.name(), {2, 1 << 16});

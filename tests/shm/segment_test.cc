@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <array>
+#include <cstdio>
 #include <cstring>
 
 #include "shm/stale_segments.h"
@@ -15,6 +17,7 @@ namespace {
 using testing::ForkChild;
 using testing::ScopedInstance;
 using testing::WaitChild;
+using testing::WaitChildFor;
 
 bool Contains(const Status& st, const std::string& needle) {
   return st.message().find(needle) != std::string::npos;
@@ -119,6 +122,47 @@ TEST(SegmentTest, StaleSegmentsOfExitedCreatorsAreRemovedLiveOnesKept) {
   EXPECT_EQ(Segment::Attach({inst.name(), "orphan"}, SegmentKind::kTest, 1).status().code(),
             StatusCode::kNotFound);
   EXPECT_TRUE(Segment::Attach({inst.name(), "live"}, SegmentKind::kTest, 1).ok());
+}
+
+// A /dev/shm without room for a segment: creating it fails by name (it was made, and the first
+// write past what /dev/shm held killed the writer with SIGBUS), and nothing is left behind. A
+// segment's later part reserved on its own fails the same way.
+TEST(SegmentTest, ASegmentWithoutRoomInDevShmIsRefusedByName) {
+  ScopedInstance inst;
+  auto* message = testing::MapShared<std::array<char, 512>>();
+  const pid_t child = ForkChild([&]() -> int {
+    if (!testing::UsePrivateDevShm("1m")) return 77;
+    const auto note = [&](const Status& st) {
+      std::snprintf(message->data(), message->size(), "%s", st.ToString().c_str());
+    };
+    auto big = Segment::Create({inst.name(), "big"}, SegmentKind::kTest, 1, 4 << 20);
+    if (big.ok()) return 1;
+    note(big.status());
+    if (big.status().code() != StatusCode::kResourceExhausted) return 2;
+    if (!Contains(big.status(),
+                  "/dev/shm has no room for 5 MiB of segment /marlaas." + inst.name() + ".big (") ||
+        !Contains(big.status(), " MiB free there): make /dev/shm larger"))
+      return 3;
+    if (Segment::Attach({inst.name(), "big"}, SegmentKind::kTest, 1).status().code() !=
+        StatusCode::kNotFound)
+      return 4;  // left behind
+    // Half reserved now, the rest when it is needed: the rest does not fit.
+    auto part =
+        Segment::Create({inst.name(), "part"}, SegmentKind::kTest, 1, 2 << 20, nullptr, 512 << 10);
+    if (!part.ok()) return note(part.status()), 5;
+    if (Status st = part->Reserve(0, 256 << 10); !st.ok()) return note(st), 6;  // already had
+    const Status rest = part->Reserve(512 << 10, 1536 << 10);
+    note(rest);
+    if (rest.code() != StatusCode::kResourceExhausted || !Contains(rest, "/dev/shm has no room"))
+      return 7;
+    if (part->Reserve(1 << 20, 2 << 20).code() != StatusCode::kInvalidArgument) return 8;
+    return 0;
+  });
+  const auto e = WaitChildFor(child, 60);
+  if (e.exited && e.code == 77) GTEST_SKIP() << "no mount namespace here (not root)";
+  EXPECT_TRUE(e.exited && e.code == 0)
+      << "exit " << e.code << " signal " << e.signal << ": " << message->data();
+  testing::UnmapShared(message);
 }
 
 }  // namespace
