@@ -290,8 +290,16 @@ bool DecodeRequest(int fd, SandboxRequest* req) {
       {RLIMIT_CPU, L.cpu_seconds},      {RLIMIT_AS, L.memory_bytes},       {RLIMIT_NPROC, nproc},
       {RLIMIT_FSIZE, L.max_file_bytes}, {RLIMIT_NOFILE, L.max_open_files}, {RLIMIT_CORE, 0}};
   for (const auto& l : limits) {
+    // Never above the hard limit this process was given (serve run under `prlimit`, a
+    // container's): raising it is not allowed, and every run failed with "setrlimit: Operation
+    // not permitted", blamed on the tenants. The lower limit is the stricter one.
+    struct rlimit given {};
+    rlim_t value = l.value;
+    if (::getrlimit(l.resource, &given) == 0 && given.rlim_max != RLIM_INFINITY &&
+        (value == RLIM_INFINITY || value > given.rlim_max))
+      value = given.rlim_max;
     struct rlimit r {
-      l.value, l.value
+      value, value
     };
     if (::setrlimit(l.resource, &r) != 0) Fail(status_fd, "setrlimit");
   }

@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <seccomp.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -310,6 +311,30 @@ TEST(SandboxTest, OpenFileAndProcessLimitsHold) {
   EXPECT_GE(procs, 3);
   EXPECT_LE(procs, 5);
   EXPECT_EQ(procs_errno, EAGAIN);
+}
+
+// A service run under a hard limit lower than a job asks for (`prlimit`, a container): runs get
+// the service's limit, the stricter one, and still run (every run failed with "setrlimit:
+// Operation not permitted").
+TEST(SandboxTest, LimitsAboveTheServicesOwnHardLimitsAreLoweredToThem) {
+  const pid_t child = testing::ForkChild([]() -> int {
+    const struct rlimit low { 48, 48 };
+    if (::setrlimit(RLIMIT_NOFILE, &low) != 0) return 1;
+    SandboxLimits l;
+    l.max_open_files = 200;
+    auto r = Python("import resource\nprint(resource.getrlimit(resource.RLIMIT_NOFILE))\n", l);
+    if (r.outcome != SandboxOutcome::kExited || r.exit_code != 0) {
+      std::fprintf(stderr, "%s%s\n", r.stderr_data.c_str(), r.setup_error.c_str());
+      return 2;
+    }
+    if (r.stdout_data != "(48, 48)\n") {
+      std::fprintf(stderr, "limits: %s\n", r.stdout_data.c_str());
+      return 3;
+    }
+    return 0;
+  });
+  const auto e = testing::WaitChildFor(child, 60);
+  EXPECT_TRUE(e.exited && e.code == 0) << "exit " << e.code << " signal " << e.signal;
 }
 
 // Services listening on the host — TCP on loopback and an abstract Unix socket (the kind AF_UNIX
