@@ -14,6 +14,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <new>
+#include <stdexcept>
 
 #include "base/device_name.h"
 #include "base/file_util.h"
@@ -399,7 +401,19 @@ int StageMain(int argc, char** argv, const char* role, Status (*run)(const Stage
   // again (base/heap.h). Only speed depends on it.
   if (Status heap = KeepFreedHeapMemory(); !heap.ok())
     StageLog(role, "allocator settings: %s", heap.ToString().c_str());
-  Status st = run(*args);
+  // An exception that reached here (LibTorch's allocator out of memory: c10::Error) ended the
+  // stage with std::terminate's untagged text, and serve's reason quoted an older line ("ready"):
+  // said as the stage's stop reason instead, its first line (c10's have a backtrace after it).
+  Status st = Status::Ok();
+  try {
+    st = run(*args);
+  } catch (const std::bad_alloc&) {
+    st = Status(StatusCode::kResourceExhausted, "out of memory (std::bad_alloc)");
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    what = what.substr(0, what.find('\n'));
+    st = Status(StatusCode::kInternal, "uncaught exception: " + what.substr(0, 600));
+  }
   if (!st.ok()) {
     StageLog(role, "stopped: %s", st.ToString().c_str());
     return 1;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,34 @@ TEST(StageLogTest, AStderrThatIsNotTheLogIsLeftAlone) {
   EXPECT_EQ(LineNumbers(*ReadFile(elsewhere)).size(), 300u);  // all of it, where it was sent
   EXPECT_FALSE(ReadFile(log).ok());
   EXPECT_FALSE(ReadFile(dir.path() + "/trainer.1.log").ok());
+}
+
+// An exception that ends a stage (LibTorch out of memory) is its last line, tagged as its stop
+// reason (serve quotes that line when it gives up on a stage; it quoted "ready"), first line only.
+TEST(StageLogTest, AnExceptionThatEndsAStageIsItsStopReason) {
+  const testing::ScopedTempDir dir("stage-log");
+  const std::string err = dir.path() + "/stderr";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || ::dup2(fd, STDERR_FILENO) < 0) _exit(3);
+    char arg0[] = "marlaas-test", a1[] = "--instance", a2[] = "i", a3[] = "--state-dir",
+         a4[] = "/s", a5[] = "--model-dir", a6[] = "/m";
+    char* argv[] = {arg0, a1, a2, a3, a4, a5, a6, nullptr};
+    _exit(StageMain(7, argv, "test", [](const StageArgs&) -> Status {
+      throw std::runtime_error("can't allocate memory: you tried\nException raised from here");
+    }));
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "ended by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  const std::string text = *ReadFile(err);
+  EXPECT_NE(text.find("] stopped: INTERNAL: uncaught exception: can't allocate memory: you "
+                      "tried\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("Exception raised from"), std::string::npos) << text;
 }
 
 }  // namespace
