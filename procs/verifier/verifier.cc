@@ -1,6 +1,7 @@
 #include "procs/verifier/verifier.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <deque>
@@ -16,6 +17,7 @@
 #include "procs/common/task_source.h"
 #include "procs/common/tenant_error.h"
 #include "procs/common/tenant_watcher.h"
+#include "procs/verifier/worker_pool.h"
 #include "sandbox/probe.h"
 #include "sandbox/sandbox_pool.h"
 #include "sandbox/tool_syntax.h"
@@ -38,9 +40,9 @@ constexpr size_t kWindow = 64;
 // stop the verifier reading every other tenant's records.
 constexpr size_t kTenantShare = 16;
 
-struct Job {
+// tenant_key (PoolJob): the tenant id, the unit of fairness.
+struct Job : PoolJob {
   uint32_t type = 0;
-  std::string tenant_key;  // the tenant id: the unit of fairness
   int row = -1;
   uint64_t generation = 0;  // of the tenant in `row`
   std::shared_ptr<const pipeline::TaskSource> source;
@@ -48,9 +50,10 @@ struct Job {
   pb::ToolCall call;          // kToolCallRecord
   pb::ToolResult result;      // output of a tool call
   std::string refuse;         // non-empty: untrusted work refused with this reason
-  // Set by the worker.
-  bool done = false;
-  int64_t busy_ns = 0;  // wall time (the stage's utilisation)
+  // `cancelled` (PoolJob) is set by the stage's loop once the tenant is no longer running
+  // (failed, stopped, finished or replaced): a queued job is then not run (CancelJob instead), so
+  // that a failed tenant's backlog of slow verifications does not hold the workers from the
+  // others. busy_ns: wall time (the stage's utilisation). Set by the worker: the
   // CPU time: the worker thread's and its sandbox runs' (their process trees), the cost the
   // simulator's calibration records (shm/metrics.h work_ns, tool_ns).
   int64_t cpu_ns = 0;
@@ -87,53 +90,18 @@ struct Input {
   }
 };
 
-// Worker threads; at most `cap` jobs of one tenant run at once.
-class Pool {
- public:
-  Pool(int workers, int cap) : cap_(cap) {
-    for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { Work(); });
+// A job whose tenant left before it ran: failed with the reason, not run.
+void CancelJob(Job* job) {
+  const std::string why = "verifier: tenant '" + job->tenant_key + "' is no longer running";
+  if (job->type == pipeline::kToolCallRecord) {
+    job->result.set_call_id(job->call.call_id());
+    job->result.set_trajectory_id(job->call.trajectory_id());
+    job->result.set_outcome(pb::OUTCOME_INFRA_ERROR);
+    job->result.set_output("error: " + why);
+  } else if (job->group.failure().empty()) {
+    job->group.set_failure(why);
   }
-  ~Pool() {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
-  void Submit(std::shared_ptr<Job> job) {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      queue_.push_back(std::move(job));
-    }
-    cv_.notify_all();
-  }
-  bool IsDone(const Job& job) {
-    std::lock_guard<std::mutex> l(mu_);
-    return job.done;
-  }
-  // Jobs finished so far; WaitForCompletion returns once more than `seen` have (or at `timeout`).
-  uint64_t completions() {
-    std::lock_guard<std::mutex> l(mu_);
-    return completions_;
-  }
-  void WaitForCompletion(uint64_t seen, std::chrono::microseconds timeout) {
-    std::unique_lock<std::mutex> l(mu_);
-    done_cv_.wait_for(l, timeout, [&] { return completions_ > seen || stop_; });
-  }
-
- private:
-  void Work();
-  int cap_;
-  std::mutex mu_;
-  std::condition_variable cv_;       // workers: a job was queued or a tenant's job finished
-  std::condition_variable done_cv_;  // the stage's loop: a job finished
-  uint64_t completions_ = 0;
-  std::deque<std::shared_ptr<Job>> queue_;
-  std::map<std::string, int> running_;
-  bool stop_ = false;
-  std::vector<std::thread> threads_;
-};
+}
 
 void RunJobUnguarded(Job* job) {
   if (job->type == pipeline::kToolCallRecord) {
@@ -200,37 +168,6 @@ void RunJob(Job* job) {
   }
 }
 
-void Pool::Work() {
-  std::unique_lock<std::mutex> l(mu_);
-  for (;;) {
-    std::shared_ptr<Job> job;
-    cv_.wait(l, [&] {
-      if (stop_) return true;
-      for (auto it = queue_.begin(); it != queue_.end(); ++it) {
-        if (running_[(*it)->tenant_key] < cap_) {
-          job = *it;
-          queue_.erase(it);
-          return true;
-        }
-      }
-      return false;
-    });
-    if (stop_) return;
-    ++running_[job->tenant_key];
-    l.unlock();
-    const int64_t t0 = MonotonicNanos(), cpu0 = ThreadCpuNanos();
-    RunJob(job.get());
-    job->cpu_ns += ThreadCpuNanos() - cpu0;
-    l.lock();
-    job->busy_ns = MonotonicNanos() - t0;
-    job->done = true;
-    --running_[job->tenant_key];
-    ++completions_;
-    cv_.notify_all();
-    done_cv_.notify_all();
-  }
-}
-
 class Verifier {
  public:
   Verifier(const pipeline::StageArgs& args, TenantTable table, MetricsSegment metrics,
@@ -242,7 +179,15 @@ class Verifier {
         scored_(std::move(scored)),
         watcher_(&table_, args.state_dir, kRole),
         refuse_(std::move(refuse)),
-        pool_(args.verifier_workers, std::max(1, args.verifier_workers - 1)) {}
+        pool_(
+            args.verifier_workers, std::max(1, args.verifier_workers - 1),
+            [](PoolJob* p) {
+              Job* job = static_cast<Job*>(p);
+              const int64_t cpu0 = ThreadCpuNanos();
+              RunJob(job);
+              job->cpu_ns += ThreadCpuNanos() - cpu0;
+            },
+            [](PoolJob* p) { CancelJob(static_cast<Job*>(p)); }) {}
 
   Status Run();
 
@@ -254,6 +199,8 @@ class Verifier {
   // returns whether it acknowledged anything.
   bool Commit(Input* in);
   void Finish(Slot* slot, RingProducer* tools);
+  // Cancels the jobs not yet done whose tenant is no longer running (as of the last Poll).
+  void CancelLeftTenants();
   // The counters of the tenant of `row` in `generation`, or null for a replaced generation.
   TenantMetrics* MetricsOf(int row, uint64_t generation);
 
@@ -267,7 +214,7 @@ class Verifier {
   std::map<std::pair<std::string, uint64_t>, std::shared_ptr<const pipeline::TaskSource>> sources_;
   std::map<int, TenantMetrics> tenant_metrics_;
   EngineMetrics engine_{};
-  Pool pool_;
+  WorkerPool pool_;
   std::mt19937_64 latency_rng_{0x1a7e5eedULL};
   std::normal_distribution<double> latency_noise_{0.0, 1.0};
 };
@@ -353,7 +300,8 @@ void Verifier::Finish(Slot* slot, RingProducer* tools) {
   slot->pushed = true;
   engine_.busy_ns += uint64_t(job.busy_ns);
   ++engine_.items;
-  if (job.row < 0) return;
+  // A cancelled job is no verifier error of its tenant's (which has left).
+  if (job.row < 0 || job.cancelled.load()) return;
   TenantMetrics* counters = MetricsOf(job.row, job.generation);
   if (counters == nullptr) return;
   TenantMetrics& m = *counters;
@@ -387,6 +335,7 @@ Status Verifier::Run() {
   while (!pipeline::StopRequested()) {
     if (MonotonicNanos() >= next_poll) {
       watcher_.Poll();
+      CancelLeftTenants();
       next_poll = MonotonicNanos() + 200'000'000;
     }
     bool idle = true;
@@ -410,6 +359,21 @@ Status Verifier::Run() {
     metrics_.StoreEngine(engine_);
   }
   return Status::Ok();
+}
+
+void Verifier::CancelLeftTenants() {
+  std::set<std::pair<std::string, uint64_t>> running;
+  for (const pipeline::WatchedTenant& t : watcher_.tenants())
+    if (!IsSettled(t.record.state)) running.emplace(t.record.id, t.record.generation);
+  for (Input& in : inputs_) {
+    for (Slot* s : in.open) {
+      Job& job = *s->job;
+      // Jobs refused at MakeJob (row < 0) are quick already; tool calls carry no generation.
+      if (job.row < 0 || job.cancelled.load()) continue;
+      if (!running.count({job.tenant_key, job.generation})) job.cancelled.store(true);
+    }
+  }
+  pool_.Wake();
 }
 
 void Verifier::Fill(Input* in, int64_t wait_ms) {
