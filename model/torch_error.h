@@ -4,6 +4,7 @@
 #pragma once
 
 #include <exception>
+#include <new>
 #include <string>
 
 #include "model/torch_pch.h"
@@ -13,6 +14,15 @@ namespace marlaas::model {
 inline std::string TorchErrorText(const std::exception& e) {
   if (const auto* c = dynamic_cast<const c10::Error*>(&e)) return c->what_without_backtrace();
   return e.what();
+}
+
+// Whether `e` says memory ran out (std::bad_alloc; LibTorch's CPU allocator: "can't allocate
+// memory"; CUDA: "out of memory"): a condition of the moment, not of the input.
+inline bool IsOutOfMemory(const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr) return true;
+  const std::string text = TorchErrorText(e);
+  return text.find("can't allocate memory") != std::string::npos ||
+         text.find("out of memory") != std::string::npos;
 }
 
 }  // namespace marlaas::model

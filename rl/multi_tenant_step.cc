@@ -268,6 +268,7 @@ std::vector<TenantStepResult> MultiTenantStep(const model::Transformer& model,
       t.optimizer->step();
     } catch (const std::exception& e) {
       results[k].error = "its update failed: " + model::TorchErrorText(e);
+      results[k].out_of_memory = model::IsOutOfMemory(e);
     }
   }
   return results;
@@ -279,12 +280,14 @@ IsolatedSteps MultiTenantStepIsolated(const model::Transformer& model,
   IsolatedSteps out;
   out.results.resize(tenants.size());
   out.failed.resize(tenants.size());
+  out.out_of_memory.resize(tenants.size());
   try {
     out.results = MultiTenantStep(model, tenants, share_prompts);
   } catch (const std::exception& shared) {
     for (size_t k = 0; k < tenants.size(); ++k) {
       if (tenants.size() == 1) {
         out.failed[k] = "training step failed: " + model::TorchErrorText(shared);
+        out.out_of_memory[k] = model::IsOutOfMemory(shared);
         break;
       }
       std::vector<TenantStep> alone = {tenants[k]};
@@ -292,13 +295,16 @@ IsolatedSteps MultiTenantStepIsolated(const model::Transformer& model,
         out.results[k] = MultiTenantStep(model, alone, share_prompts)[0];
       } catch (const std::exception& e) {
         out.failed[k] = "training step failed: " + model::TorchErrorText(e);
+        out.out_of_memory[k] = model::IsOutOfMemory(e);
       }
       if (after_each_retry) after_each_retry();
     }
   }
   for (size_t k = 0; k < tenants.size(); ++k) {
-    if (out.failed[k].empty() && !out.results[k].error.empty())
+    if (out.failed[k].empty() && !out.results[k].error.empty()) {
       out.failed[k] = "training step failed: " + out.results[k].error;
+      out.out_of_memory[k] = out.results[k].out_of_memory;
+    }
     if (out.failed[k].empty() && out.results[k].not_finite) {
       out.failed[k] = "training step failed: the gradient is not finite (grad norm " +
                       std::to_string(out.results[k].grad_norm) + "); the adapter was not updated";

@@ -65,6 +65,7 @@ struct TenantStepResult {
   bool not_finite = false;
   // Its own update (clip and AdamW step, after the shared backward) threw: not updated, why.
   std::string error;
+  bool out_of_memory = false;  // `error` is memory running out (model::IsOutOfMemory)
 };
 
 std::vector<TenantStepResult> MultiTenantStep(const model::Transformer& model,
@@ -81,6 +82,8 @@ std::vector<TenantStepResult> MultiTenantStep(const model::Transformer& model,
 struct IsolatedSteps {
   std::vector<TenantStepResult> results;
   std::vector<std::string> failed;
+  // Per tenant: its step failed because memory ran out (model::IsOutOfMemory), which may pass.
+  std::vector<bool> out_of_memory;
 };
 IsolatedSteps MultiTenantStepIsolated(const model::Transformer& model,
                                       std::vector<TenantStep>& tenants, bool share_prompts = true,

@@ -46,6 +46,9 @@ double WallSeconds() {
          1e3;
 }
 
+// A tenant's step that runs out of memory this many times in a row is the tenant's error.
+constexpr int kOutOfMemoryTries = 3;
+
 struct TrainTenant {
   int row = -1;
   std::string id;
@@ -63,6 +66,7 @@ struct TrainTenant {
   bool finished = false;                  // reached max_steps (final checkpoint written)
   int64_t last_arrival_ns = 0;            // when the latest group was buffered
   int64_t checkpoint_failed_ns = 0;       // when the last save failed (0: it did not)
+  int out_of_memory_in_row = 0;  // its steps that ran out of memory since its last good one
   TenantMetrics metrics{};
 };
 
@@ -527,9 +531,20 @@ bool Trainer::TrainReady(bool under_pressure) {
       for (const pb::TrajectoryGroup& g : batches[k])
         Retire(stepping[k], g.group_id(), why.substr(0, 200));
       // A gradient that was not finite once is the step's problem, not the tenant's: serve
-      // fails a tenant whose first step has a last_error.
-      if (!results[i].not_finite) {
+      // fails a tenant whose first step has a last_error. So is memory running out, which may
+      // pass (other tenants' steps, a passing peak): the tenant goes on with its next groups,
+      // and only the third time in a row is it the tenant's error (a step that fit with room to
+      // spare failed the tenant for good when the memory was short once).
+      const bool passing =
+          results[i].not_finite ||
+          (done.out_of_memory[i] && ++stepping[k]->out_of_memory_in_row < kOutOfMemoryTries);
+      if (!passing) {
         pipeline::SetTenantError(stepping[k]->dir, kRole, why, &stepping[k]->metrics);
+      } else if (done.out_of_memory[i]) {
+        StageLog(kRole,
+                 "tenant %s: out of memory %d time(s) in a row; going on with its next "
+                 "groups",
+                 stepping[k]->id.c_str(), stepping[k]->out_of_memory_in_row);
       }
       continue;
     }
@@ -575,6 +590,7 @@ void Trainer::FinishStep(TrainTenant* t, const std::vector<pb::TrajectoryGroup>&
     behaviour_max = std::max<uint64_t>(behaviour_max, g.behaviour_version());
   }
   const uint64_t trained_at = t->ck.version;
+  t->out_of_memory_in_row = 0;
   // A step went through: an earlier step's error is over (a failed save's stays until a save
   // succeeds, Checkpoint).
   if (t->metrics.last_error[0] != '\0' &&

@@ -4,12 +4,19 @@
 #include "rl/multi_tenant_step.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <new>
 #include <random>
+#include <stdexcept>
 
 #include "model/generator.h"
+#include "model/torch_error.h"
+#include "tests/test_util.h"
 
 namespace marlaas::rl {
 namespace {
@@ -287,11 +294,42 @@ TEST(MultiTenantStepTest, IsolatedStepsFailOnlyTheTenantThatFailsAlone) {
   EXPECT_NE(done.failed[1].find("training step failed"), std::string::npos) << done.failed[1];
   // LibTorch's message without its C++ backtrace (model/torch_error.h): the reason, not frames.
   EXPECT_EQ(done.failed[1].find("frame #"), std::string::npos) << done.failed[1];
+  EXPECT_FALSE(done.out_of_memory[1]);  // the input's fault: no retrying makes it fit
   EXPECT_TRUE(torch::equal(bad.adapter->flat(), bad_before));
   std::vector<TenantStep> one = {StepOf(alone)};
   MultiTenantStep(model, one);
   EXPECT_TRUE(torch::equal(good.adapter->flat(), alone.adapter->flat()));
   EXPECT_GT(done.results[0].grad_norm, 0);
+}
+
+// Memory running out is told apart from a tenant's bad input (the trainer lets it pass twice): a
+// step under an address-space limit fails as out of memory; the bad token above does not.
+TEST(MultiTenantStepTest, AStepThatRunsOutOfMemorySaysSo) {
+  EXPECT_TRUE(model::IsOutOfMemory(std::bad_alloc()));
+  EXPECT_FALSE(model::IsOutOfMemory(std::runtime_error("index 300 is out of bounds")));
+  const pid_t child = testing::ForkChild([]() -> int {
+    auto w = *model::BaseWeights::Load(kData + "/llama");
+    model::Transformer model(w);
+    Tenant big = MakeTenant(*w, 4, (1u << kNumLoraTargets) - 1, 41, 64, 1.0f, /*extra=*/400);
+    std::vector<TenantStep> steps = {StepOf(big)};
+    // What is mapped now and 32 MiB more: far less than this step's activations.
+    long vm_kb = 0;
+    std::ifstream status("/proc/self/status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("VmSize:", 0) == 0) vm_kb = std::stol(line.substr(7));
+    const rlim_t limit = rlim_t(vm_kb + (32 << 10)) << 10;
+    const struct rlimit r { limit, limit };
+    if (vm_kb == 0 || ::setrlimit(RLIMIT_AS, &r) != 0) return 2;
+    const IsolatedSteps done = MultiTenantStepIsolated(model, steps);
+    if (done.failed[0].empty()) return 3;  // it fit
+    if (!done.out_of_memory[0]) {
+      std::fprintf(stderr, "not out of memory: %s\n", done.failed[0].c_str());
+      return 4;
+    }
+    return 0;
+  });
+  const testing::ChildExit e = testing::WaitChildFor(child, 120);
+  EXPECT_TRUE(e.exited && e.code == 0) << "exit " << e.code << " signal " << e.signal;
 }
 
 // One tenant, one completion with positive advantage: steps raise its log-probability.
