@@ -277,7 +277,10 @@ void ApplyJobSpecDefaults(pb::JobSpec* s) {
   if (!s->has_tool_result_timeout_ms()) s->set_tool_result_timeout_ms(30000);
 }
 
-Result<pb::JobSpec> ParseJobSpecJson(const std::string& json) {
+Result<pb::JobSpec> ParseJobSpecJson(const std::string& text) {
+  // A byte-order mark (editors on Windows write one) is no part of the JSON: skipped, as the
+  // dataset reader does (it made "not valid JSON" with the mark shown raw).
+  const std::string json = text.rfind("\xEF\xBB\xBF", 0) == 0 ? text.substr(3) : text;
   pb::JobSpec spec;
   if (Status strict = CheckStrictJson(json, pb::JobSpec::descriptor()); !strict.ok())
     return Status(strict.code(), "job spec " + strict.message());
@@ -296,6 +299,8 @@ namespace {
 // A job spec file's text read by `read`, parsed and checked; every error names the path.
 Result<pb::JobSpec> LoadJobSpecWith(const std::string& path,
                                     const std::function<Result<std::string>()>& read) {
+  if (path.empty())
+    return Status(StatusCode::kInvalidArgument, "the job spec's file name is empty");
   Result<std::string> text = read();
   if (!text.ok()) {
     return Status(text.status().code(), "cannot open job spec " + path +

@@ -16,7 +16,7 @@ namespace marlaas {
 const std::vector<std::string>& KnownTasks();
 
 // JSON text -> validated JobSpec with every optional field filled in.
-Result<pb::JobSpec> ParseJobSpecJson(const std::string& json);
+Result<pb::JobSpec> ParseJobSpecJson(const std::string& text);
 // Reads and parses a job spec file.
 Result<pb::JobSpec> LoadJobSpecFile(const std::string& path);
 // The client side of a user's job file: LoadJobSpecFile, then every verifier.command argument

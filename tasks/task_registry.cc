@@ -48,9 +48,22 @@ std::string ToJsonl(const TaskExample& e) {
 }
 
 Result<TaskExample> FromJsonl(const std::string& line) {
-  json j = json::parse(line, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    return Status(StatusCode::kInvalidArgument, "JSONL line is not a JSON object");
+  json j;
+  try {
+    j = json::parse(line);
+  } catch (const json::parse_error& e) {
+    // "[json.exception.parse_error.101] parse error at line 1, column 9: syntax error ...":
+    // where and what, for a line cut short, a stray \r or two objects on one line.
+    const std::string what = e.what();
+    const size_t at = what.find("column ");
+    return Status(StatusCode::kInvalidArgument,
+                  "JSONL line is not valid JSON (" +
+                      (at == std::string::npos ? what : what.substr(at)).substr(0, 300) + ")");
+  }
+  if (!j.is_object()) {
+    return Status(StatusCode::kInvalidArgument,
+                  std::string("JSONL line is a JSON ") + j.type_name() + ", not an object");
+  }
   for (const char* k : {"id", "prompt", "reference"}) {
     if (!j.contains(k) || !j[k].is_string()) {
       return Status(StatusCode::kInvalidArgument,

@@ -19,6 +19,13 @@ int RunTasks(const std::vector<std::string>& argv) {
   std::vector<std::string> args = argv;
   std::string task, check;
   long long n = 10, seed = 0, difficulty = 1;
+  // The options that make examples, which --check (a file's) does not take.
+  std::string making;
+  for (const std::string& a : args) {
+    for (const char* flag : {"--task", "--n", "--seed", "--difficulty", "--held-out"}) {
+      if (making.empty() && (a == flag || a.rfind(std::string(flag) + "=", 0) == 0)) making = flag;
+    }
+  }
   TakeFlag(&args, "--task", &task);
   TakeFlag(&args, "--check", &check);
   if (!TakeInteger(&args, "tasks", "--n", 1, 10000000, &n) ||
@@ -29,6 +36,13 @@ int RunTasks(const std::vector<std::string>& argv) {
   const bool held_out = TakeSwitch(&args, "--held-out");
   if (int rc = RejectRest("tasks", args)) return rc;
   if (!check.empty()) {
+    if (!making.empty()) {
+      std::fprintf(stderr,
+                   "marlaas tasks: --check reads a file; %s is for making examples: give one or "
+                   "the other\n",
+                   making.c_str());
+      return 2;
+    }
     auto rows = pipeline::ReadDataset(check);
     if (!rows.ok()) {
       std::fprintf(stderr, "marlaas tasks: %s\n", rows.status().message().c_str());
@@ -36,7 +50,15 @@ int RunTasks(const std::vector<std::string>& argv) {
     }
     const size_t examples = rows->size();
     std::printf("%s: %zu examples\n", check.c_str(), examples);
-    // A custom tenant holds out its first dataset.eval_prompts rows (default 64) and needs more.
+    // A custom tenant holds out its first dataset.eval_prompts rows (default 64, at least 1) and
+    // needs more.
+    if (examples < 2) {
+      std::fprintf(stderr,
+                   "marlaas tasks: %s: a custom job needs at least 2 rows (dataset.eval_prompts, "
+                   "at least 1, are held out for evaluation; it trains on the rest)\n",
+                   check.c_str());
+      return 1;
+    }
     if (examples <= 64) {
       std::printf(
           "note: a custom job needs more rows than its dataset.eval_prompts (default 64, "
@@ -65,7 +87,13 @@ int RunTasks(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "marlaas tasks: %s\n", source.status().ToString().c_str());
     return 1;
   }
-  if (held_out && uint64_t(n) > (*source)->eval_count()) n = (long long)(*source)->eval_count();
+  // The held-out stream is as long as its dataset.eval_prompts: no more to print (100000 lines
+  // were printed for --n 100005, without a word).
+  if (held_out && uint64_t(n) > (*source)->eval_count()) {
+    std::fprintf(stderr, "marlaas tasks: --held-out has %llu examples at most; --n %lld is more\n",
+                 (unsigned long long)(*source)->eval_count(), n);
+    return 2;
+  }
   for (long long i = 0; i < n; ++i) {
     const tasks::TaskExample e =
         held_out ? (*source)->Eval(uint64_t(i)) : (*source)->Train(uint64_t(i));

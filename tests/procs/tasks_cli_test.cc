@@ -70,6 +70,12 @@ TEST(TasksCliTest, BadInputIsNamed) {
   auto r = RunMarlaas("tasks --check " + file);
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.output.find("bad.jsonl:2"), std::string::npos) << r.output;
+  // With the parser's reason and place (every bad line said "is not a JSON object").
+  EXPECT_NE(r.output.find("not valid JSON (column 2"), std::string::npos) << r.output;
+  std::ofstream(dir.path() + "/list.jsonl") << "[1, 2]\n";
+  r = RunMarlaas("tasks --check " + dir.path() + "/list.jsonl");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("is a JSON array, not an object"), std::string::npos) << r.output;
   std::ofstream(dir.path() + "/empty.jsonl") << "\n";
   r = RunMarlaas("tasks --check " + dir.path() + "/empty.jsonl");
   EXPECT_EQ(r.status, 1);
@@ -90,6 +96,25 @@ TEST(TasksCliTest, BadInputIsNamed) {
   r = RunMarlaas("tasks --task arithmetic --n 0");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("--n"), std::string::npos) << r.output;
+  // One row is no custom dataset (one held out, none to train on): it passed, with advice to set
+  // eval_prompts below 1.
+  const std::string one = dir.path() + "/one.jsonl";
+  std::ofstream(one) << R"({"id": "a", "prompt": "p", "reference": "r"})"
+                     << "\n";
+  r = RunMarlaas("tasks --check " + one);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("a custom job needs at least 2 rows"), std::string::npos) << r.output;
+  // --check with the options that make examples: one or the other (they were ignored).
+  r = RunMarlaas("tasks --check " + file + " --n 5");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--check reads a file; --n is for making examples"), std::string::npos)
+      << r.output;
+  // More held-out examples than the stream has: said, not cut short without a word.
+  r = RunMarlaas("tasks --task arithmetic --n 100001 --held-out");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--held-out has 100000 examples at most; --n 100001 is more"),
+            std::string::npos)
+      << r.output.substr(0, 300);
 }
 
 }  // namespace

@@ -147,6 +147,11 @@ TEST(JobSpecTest, TrailingCommasCommentsAndDuplicateKeysAreRefused) {
             "job spec gives key 'lora.targets' one value where it takes a list ([...])");
   EXPECT_EQ(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "lora": {"targets": {"q": 1}}})"),
             "job spec gives key 'lora.targets' one value where it takes a list ([...])");
+  // A byte-order mark before the JSON is skipped; an empty file name is named as such.
+  auto marked = ParseJobSpecJson("\xEF\xBB\xBF{\"tenant\": \"a\", \"task\": \"arithmetic\"}");
+  ASSERT_TRUE(marked.ok()) << marked.status().ToString();
+  EXPECT_EQ(marked->tenant(), "a");
+  EXPECT_EQ(LoadJobSpecFile("").status().message(), "the job spec's file name is empty");
   auto lists = ParseJobSpecJson(
       R"({"tenant": "a", "task": "arithmetic", "lora": {"targets": ["q_proj", "v_proj"]}})");
   ASSERT_TRUE(lists.ok()) << lists.status().ToString();

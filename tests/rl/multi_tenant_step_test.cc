@@ -14,6 +14,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "model/compute_threads.h"
 #include "model/generator.h"
 #include "model/torch_error.h"
 #include "tests/test_util.h"
@@ -308,8 +309,15 @@ TEST(MultiTenantStepTest, AStepThatRunsOutOfMemorySaysSo) {
   EXPECT_TRUE(model::IsOutOfMemory(std::bad_alloc()));
   EXPECT_FALSE(model::IsOutOfMemory(std::runtime_error("index 300 is out of bounds")));
   const pid_t child = testing::ForkChild([]() -> int {
+    // One thread, as in the stages: OpenBLAS's own threads spin forever on a failed allocation.
+    model::SetComputeThreads(1);
     auto w = *model::BaseWeights::Load(kData + "/llama");
     model::Transformer model(w);
+    // A small step first: OpenBLAS takes its 128 MiB buffer at its first product, and retries a
+    // failed one for ever.
+    Tenant small = MakeTenant(*w, 4, (1u << kNumLoraTargets) - 1, 40, 2, 1.0f);
+    std::vector<TenantStep> warm = {StepOf(small)};
+    MultiTenantStep(model, warm);
     Tenant big = MakeTenant(*w, 4, (1u << kNumLoraTargets) - 1, 41, 64, 1.0f, /*extra=*/400);
     std::vector<TenantStep> steps = {StepOf(big)};
     // What is mapped now and 32 MiB more: far less than this step's activations.
