@@ -180,6 +180,13 @@ TEST(JobSpecTest, TrailingCommasCommentsAndDuplicateKeysAreRefused) {
       << CheckStrictJson(R"({"a": 1} x)").message();
 }
 
+// A custom job file for tenant u1 with this "verifier" object.
+void WriteCustomJob(const std::string& path, const std::string& verifier) {
+  std::ofstream(path) << R"({"tenant": "u1", "task": "custom",
+      "dataset": {"jsonl_path": "/data/prompts.jsonl"}, "verifier": )"
+                      << verifier << "}";
+}
+
 // A custom verifier's script travels inside the job, read on the client with the user's rights;
 // the arguments that named it become plain names of the sandbox's work dir.
 TEST(JobSpecTest, UserJobFilesTravelInTheJobNotAsHostPaths) {
@@ -188,9 +195,7 @@ TEST(JobSpecTest, UserJobFilesTravelInTheJobNotAsHostPaths) {
   const std::string script = R"(print('{"reward": 1}'))"
                              "\n";
   std::ofstream(dir + "/check.py") << script;
-  std::ofstream(dir + "/job.json") << R"({"tenant": "u1", "task": "custom",
-      "dataset": {"jsonl_path": "/data/prompts.jsonl"},
-      "verifier": {"command": ["/usr/bin/python3", "check.py", "--strict"]}})";
+  WriteCustomJob(dir + "/job.json", R"({"command": ["/usr/bin/python3", "check.py", "--strict"]})");
   auto r = LoadUserJobSpec(dir + "/job.json");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ(r->verifier().command_size(), 3);
@@ -209,9 +214,8 @@ TEST(JobSpecTest, UserJobFilesTravelInTheJobNotAsHostPaths) {
   ::mkdir((dir + "/b").c_str(), 0755);
   std::ofstream(dir + "/a/chk.py") << "print('a')\n";
   std::ofstream(dir + "/b/chk.py") << "print('b')\n";
-  std::ofstream(dir + "/clash.json") << R"({"tenant": "u1", "task": "custom",
-      "dataset": {"jsonl_path": "/data/prompts.jsonl"},
-      "verifier": {"command": ["/usr/bin/python3", "a/chk.py", "b/chk.py"]}})";
+  WriteCustomJob(dir + "/clash.json",
+                 R"({"command": ["/usr/bin/python3", "a/chk.py", "b/chk.py"]})");
   auto clash = LoadUserJobSpec(dir + "/clash.json");
   ASSERT_FALSE(clash.ok());
   EXPECT_EQ(clash.status().message(),
@@ -219,18 +223,16 @@ TEST(JobSpecTest, UserJobFilesTravelInTheJobNotAsHostPaths) {
                 "/clash.json: verifier.command item 'a/chk.py' and verifier.command item "
                 "'b/chk.py' would both be the sandbox's file 'chk.py' with different contents: "
                 "give them different names");
-  std::ofstream(dir + "/given.json") << R"({"tenant": "u1", "task": "custom",
-      "dataset": {"jsonl_path": "/data/prompts.jsonl"},
-      "verifier": {"command": ["/usr/bin/python3", "a/chk.py"], "files": {"chk.py": "eA=="}}})";
+  WriteCustomJob(dir + "/given.json",
+                 R"({"command": ["/usr/bin/python3", "a/chk.py"], "files": {"chk.py": "eA=="}})");
   auto given = LoadUserJobSpec(dir + "/given.json");
   ASSERT_FALSE(given.ok());
   EXPECT_NE(given.status().message().find("verifier.files 'chk.py' and verifier.command item "
                                           "'a/chk.py'"),
             std::string::npos)
       << given.status().message();
-  std::ofstream(dir + "/twice.json") << R"({"tenant": "u1", "task": "custom",
-      "dataset": {"jsonl_path": "/data/prompts.jsonl"},
-      "verifier": {"command": ["/usr/bin/python3", "a/chk.py", "a/../a/chk.py"]}})";
+  WriteCustomJob(dir + "/twice.json",
+                 R"({"command": ["/usr/bin/python3", "a/chk.py", "a/../a/chk.py"]})");
   auto twice = LoadUserJobSpec(dir + "/twice.json");
   ASSERT_TRUE(twice.ok()) << twice.status().ToString();
   EXPECT_EQ(twice->verifier().files_size(), 1);
