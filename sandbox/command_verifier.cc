@@ -35,7 +35,19 @@ Verdict Judge(const SandboxResult& r) {
     return Broken("exited with " + std::to_string(r.exit_code) + ": " +
                   StderrTail(r.stderr_data, kVerifierStderrBytes));
   }
-  json out = json::parse(r.stdout_data, nullptr, false);
+  // {"reward": 1, "reward": 0} is no answer: which one counts is the parser's choice (the last).
+  int rewards = 0;
+  json out = json::parse(
+      r.stdout_data,
+      [&](int depth, json::parse_event_t event, json& parsed) {
+        if (depth == 1 && event == json::parse_event_t::key && parsed == "reward") ++rewards;
+        return true;
+      },
+      false);
+  if (rewards > 1) {
+    return Broken("stdout names \"reward\" " + std::to_string(rewards) + " times: '" +
+                  r.stdout_data.substr(0, 200) + "'");
+  }
   if (out.is_discarded() || !out.is_object() || !out.contains("reward") ||
       !out["reward"].is_number()) {
     return Broken("stdout is not {\"reward\": x}: '" + r.stdout_data.substr(0, 200) + "'");

@@ -362,8 +362,13 @@ TEST(CommandVerifierTest, RewardComesFromTheTenantsProgram) {
 // A verifier that breaks its contract is a verifier error, retried, and never a reward.
 TEST(CommandVerifierTest, BrokenVerifiersAreErrorsNotRewards) {
   const char* broken[] = {
-      "raise RuntimeError('boom')", "print('not json')",          "print('{\"reward\": 1.5}')",
-      "print('{\"score\": 1}')",    "import time\ntime.sleep(5)",
+      "raise RuntimeError('boom')",
+      "print('not json')",
+      "print('{\"reward\": 1.5}')",
+      "print('{\"score\": 1}')",
+      "import time\ntime.sleep(5)",
+      // Two rewards: the last one counted (0 here), though the first said 1.
+      "print('{\"reward\": 1.0, \"reward\": 0.0}')",
   };
   for (const char* script : broken) {
     auto v = RunCommandVerifier(PyVerifier(script), {"i", "p", "c", "r", "{}"});
@@ -372,6 +377,9 @@ TEST(CommandVerifierTest, BrokenVerifiersAreErrorsNotRewards) {
     EXPECT_EQ(v.attempts, 2) << script;
     EXPECT_NE(v.detail.find("verifier error"), std::string::npos);
   }
+  auto twice = RunCommandVerifier(PyVerifier("print('{\"reward\": 1, \"reward\": 0}')"),
+                                  {"i", "p", "c", "r", "{}"});
+  EXPECT_NE(twice.detail.find("names \"reward\" 2 times"), std::string::npos) << twice.detail;
 }
 
 }  // namespace
