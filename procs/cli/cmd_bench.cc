@@ -145,7 +145,7 @@ int BenchPipeline(std::vector<std::string> args) {
   if (model_dir.empty()) {
     auto dir = EnsureTinyBase(DefaultStateDir(), nullptr, nullptr);
     if (!dir.ok()) {
-      std::fprintf(stderr, "marlaas bench pipeline: %s\n", dir.status().ToString().c_str());
+      std::fprintf(stderr, "marlaas bench pipeline: %s\n", dir.status().message().c_str());
       return 1;
     }
     model_dir = *dir;
@@ -172,7 +172,7 @@ int BenchPipeline(std::vector<std::string> args) {
     auto run = bench::RunPipelineMode("async", 1, 1, warm);
     if (!run.ok()) {
       std::fprintf(stderr, "marlaas bench pipeline: the warm-up run failed: %s\n",
-                   run.status().ToString().c_str());
+                   run.status().message().c_str());
       if (run.status().code() == StatusCode::kCancelled) return 130;
       return 1;
     }
@@ -200,7 +200,7 @@ int BenchPipeline(std::vector<std::string> args) {
     }
     if (!failed.ok()) break;
   }
-  if (!failed.ok()) std::fprintf(stderr, "marlaas bench pipeline: %s\n", failed.ToString().c_str());
+  if (!failed.ok()) std::fprintf(stderr, "marlaas bench pipeline: %s\n", failed.message().c_str());
   const bench::PipelineSummary summary = bench::SummarisePipelineRuns(runs);
   std::printf("\n%s", bench::PipelineTable(summary).c_str());
   int missed = 0;
@@ -213,7 +213,7 @@ int BenchPipeline(std::vector<std::string> args) {
   }
   if (!json_path.empty() && !runs.empty()) {
     if (Status st = WriteOutputs(json_path, summary, runs, modes, latency_ms, steps); !st.ok()) {
-      std::fprintf(stderr, "marlaas bench pipeline: %s\n", st.ToString().c_str());
+      std::fprintf(stderr, "marlaas bench pipeline: %s\n", st.message().c_str());
       return 1;
     }
     std::printf("wrote %s (+ .wall.svg, .util.svg)%s\n", json_path.c_str(),

@@ -170,7 +170,7 @@ int RunBenchSim(std::vector<std::string> args) {
   }
   auto validation = sim::Validate(validate_runs, *calibrated);
   if (!validation.ok()) {
-    std::fprintf(stderr, "marlaas bench sim: %s\n", validation.status().ToString().c_str());
+    std::fprintf(stderr, "marlaas bench sim: %s\n", validation.status().message().c_str());
     return 1;
   }
   sim::CostProfile projection_profile = *calibrated;
@@ -234,7 +234,7 @@ int RunBenchSim(std::vector<std::string> args) {
   sim::SimSetup base = sim::SetupOf(runs.front());
   auto projection = sim::Project(base, projection_profile, tenants, gpus, modes);
   if (!projection.ok()) {
-    std::fprintf(stderr, "marlaas bench sim: %s\n", projection.status().ToString().c_str());
+    std::fprintf(stderr, "marlaas bench sim: %s\n", projection.status().message().c_str());
     return 1;
   }
   std::printf("\nprojection (%s; a device runs a pass at the profile's cost)\n%s",

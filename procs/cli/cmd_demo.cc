@@ -146,7 +146,7 @@ int RunDemo(const std::vector<std::string>& argv) {
   bool cached = false;
   auto model_dir = EnsureTinyBase(state_dir, &pretrain_s, &cached);
   if (!model_dir.ok()) {
-    std::fprintf(stderr, "marlaas demo: %s\n", model_dir.status().ToString().c_str());
+    std::fprintf(stderr, "marlaas demo: %s\n", model_dir.status().message().c_str());
     return 1;
   }
   std::printf("base model: %s (%s, %.1f s)\n", model_dir->c_str(),
@@ -178,7 +178,7 @@ int RunDemo(const std::vector<std::string>& argv) {
     const auto& r = base_results[k];
     if (!r.ok()) {
       std::fprintf(stderr, "marlaas demo: evaluating %s: %s\n", j.tenant().c_str(),
-                   r.status().ToString().c_str());
+                   r.status().message().c_str());
       return 1;
     }
     base_reward[j.tenant()] = r->mean_reward;
@@ -198,7 +198,7 @@ int RunDemo(const std::vector<std::string>& argv) {
       std::fprintf(stderr, "marlaas demo: interrupted: %s\n", resume.c_str());
       return 130;  // as serve
     }
-    std::fprintf(stderr, "marlaas demo: %s\n", report.status().ToString().c_str());
+    std::fprintf(stderr, "marlaas demo: %s\n", report.status().message().c_str());
     return 1;
   }
   if (report->timed_out)
@@ -246,7 +246,7 @@ int RunDemo(const std::vector<std::string>& argv) {
         final_reward = r->mean_reward;
       } else {
         std::fprintf(stderr, "marlaas demo: evaluating %s's final adapter: %s\n",
-                     j.tenant().c_str(), r.status().ToString().c_str());
+                     j.tenant().c_str(), r.status().message().c_str());
         all_improved = false;
       }
     }
@@ -291,7 +291,7 @@ int RunDemo(const std::vector<std::string>& argv) {
   if (st.ok() && !summary_path.empty())
     st = WriteFileAtomically(summary_path, summary.dump(2) + "\n");
   if (!st.ok()) {
-    std::fprintf(stderr, "marlaas demo: writing the report: %s\n", st.ToString().c_str());
+    std::fprintf(stderr, "marlaas demo: writing the report: %s\n", st.message().c_str());
     return 1;
   }
   std::printf(

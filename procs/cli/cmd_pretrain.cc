@@ -49,7 +49,7 @@ int RunPretrain(const std::vector<std::string>& argv) {
   const auto corpus = tasks::TinyBaseCorpus(o.seed);
   auto report = model::Pretrain(o, corpus);
   if (!report.ok()) {
-    std::fprintf(stderr, "marlaas pretrain: %s\n", report.status().ToString().c_str());
+    std::fprintf(stderr, "marlaas pretrain: %s\n", report.status().message().c_str());
     return 1;
   }
   if (report->cached) {
@@ -79,7 +79,7 @@ int RunPretrain(const std::vector<std::string>& argv) {
     auto completions = model::GreedyCompletions(out, prompts, 48);
     if (!completions.ok()) {
       std::fprintf(stderr, "marlaas pretrain: evaluating: %s\n",
-                   completions.status().ToString().c_str());
+                   completions.status().message().c_str());
       return 1;
     }
     std::vector<const tasks::TaskExample*> ptrs;

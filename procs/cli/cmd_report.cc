@@ -145,7 +145,7 @@ int RunReport(const std::vector<std::string>& argv) {
     return 1;
   }
   if (Status st = WriteFileAtomically(marker, "written by marlaas report\n"); !st.ok()) {
-    std::fprintf(stderr, "marlaas report: %s\n", st.ToString().c_str());
+    std::fprintf(stderr, "marlaas report: %s\n", st.message().c_str());
     return 1;
   }
   std::vector<std::string> ids;
@@ -222,7 +222,7 @@ int RunReport(const std::vector<std::string>& argv) {
                              LineChartSvg("engine utilisation", "seconds", "busy fraction", util));
   }
   if (!st.ok()) {
-    std::fprintf(stderr, "marlaas report: %s\n", st.ToString().c_str());
+    std::fprintf(stderr, "marlaas report: %s\n", st.message().c_str());
     return 1;
   }
   std::printf("%s\n%zu tenants, %zu metrics samples; report: %s\n", table.c_str(), ids.size(),

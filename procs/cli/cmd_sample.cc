@@ -44,7 +44,7 @@ int RunSample(const std::vector<std::string>& argv) {
   if (model_dir.empty()) {
     auto dir = EnsureTinyBase(DefaultStateDir(), nullptr, nullptr);
     if (!dir.ok()) {
-      std::fprintf(stderr, "marlaas sample: %s\n", dir.status().ToString().c_str());
+      std::fprintf(stderr, "marlaas sample: %s\n", dir.status().message().c_str());
       return 1;
     }
     model_dir = *dir;
@@ -52,7 +52,7 @@ int RunSample(const std::vector<std::string>& argv) {
   auto r = pipeline::EvaluateHeldOut(model_dir, j, adapter, int(j.dataset().eval_prompts()),
                                      float(temperature));
   if (!r.ok()) {
-    std::fprintf(stderr, "marlaas sample: %s\n", r.status().ToString().c_str());
+    std::fprintf(stderr, "marlaas sample: %s\n", r.status().message().c_str());
     return 1;
   }
   for (size_t i = 0; i < r->completions.size() && !quiet; ++i)

@@ -73,7 +73,7 @@ int RunSandboxRun(const std::vector<std::string>& argv) {
   req.limits.memory_bytes = uint64_t(memory_mb) << 20;
   auto res = sandbox::RunSandboxed(req);
   if (!res.ok()) {
-    std::fprintf(stderr, "marlaas sandbox-run: %s\n", res.status().ToString().c_str());
+    std::fprintf(stderr, "marlaas sandbox-run: %s\n", res.status().message().c_str());
     return 6;
   }
   std::fwrite(res->stdout_data.data(), 1, res->stdout_data.size(), stdout);

@@ -24,7 +24,7 @@ int RunSegments(const std::vector<std::string>& argv) {
   if (int rc = RejectRest("segments", args)) return rc;
   auto list = ListSegments(instance);
   if (!list.ok()) {
-    std::fprintf(stderr, "marlaas segments: %s\n", list.status().ToString().c_str());
+    std::fprintf(stderr, "marlaas segments: %s\n", list.status().message().c_str());
     return 1;
   }
   if (list->empty()) std::printf("no MARLaaS segments\n");
@@ -41,7 +41,7 @@ int RunClean(const std::vector<std::string>& argv) {
   if (dry_run) {
     auto list = ListSegments(instance);
     if (!list.ok()) {
-      std::fprintf(stderr, "marlaas clean: %s\n", list.status().ToString().c_str());
+      std::fprintf(stderr, "marlaas clean: %s\n", list.status().message().c_str());
       return 1;
     }
     if (list->empty()) std::printf("no MARLaaS segments\n");
@@ -50,7 +50,7 @@ int RunClean(const std::vector<std::string>& argv) {
   }
   auto removed = RemoveStaleSegments(instance);
   if (!removed.ok()) {
-    std::fprintf(stderr, "marlaas clean: %s\n", removed.status().ToString().c_str());
+    std::fprintf(stderr, "marlaas clean: %s\n", removed.status().message().c_str());
     return 1;
   }
   for (const SegmentInfo& s : *removed) PrintRow(s, "removed");

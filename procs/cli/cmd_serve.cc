@@ -96,7 +96,7 @@ int RunServe(const std::vector<std::string>& argv) {
     auto stored = pipeline::LoadTenantJob(o.service.stage.state_dir, given.tenant());
     if (!stored.ok()) {
       std::fprintf(stderr, "marlaas serve: tenant '%s' of %s: %s\n", given.tenant().c_str(),
-                   o.service.stage.state_dir.c_str(), stored.status().ToString().c_str());
+                   o.service.stage.state_dir.c_str(), stored.status().message().c_str());
       return 2;
     }
     pb::JobSpec a = given;
@@ -113,7 +113,7 @@ int RunServe(const std::vector<std::string>& argv) {
   if (o.service.stage.model_dir.empty()) {
     auto dir = EnsureTinyBase(o.service.stage.state_dir, nullptr, nullptr);
     if (!dir.ok()) {
-      std::fprintf(stderr, "marlaas serve: %s\n", dir.status().ToString().c_str());
+      std::fprintf(stderr, "marlaas serve: %s\n", dir.status().message().c_str());
       return 1;
     }
     o.service.stage.model_dir = *dir;
@@ -135,7 +135,7 @@ int RunServe(const std::vector<std::string>& argv) {
   }
   auto report = RunJobs(o);
   if (!report.ok()) {
-    std::fprintf(stderr, "marlaas serve: %s\n", report.status().ToString().c_str());
+    std::fprintf(stderr, "marlaas serve: %s\n", report.status().message().c_str());
     return report.status().code() == StatusCode::kCancelled ? 130 : 1;
   }
   if (report->timed_out) return 1;

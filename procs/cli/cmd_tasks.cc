@@ -84,7 +84,7 @@ int RunTasks(const std::vector<std::string>& argv) {
   }
   auto source = pipeline::TaskSource::ForJob(j);
   if (!source.ok()) {
-    std::fprintf(stderr, "marlaas tasks: %s\n", source.status().ToString().c_str());
+    std::fprintf(stderr, "marlaas tasks: %s\n", source.status().message().c_str());
     return 1;
   }
   // The held-out stream is as long as its dataset.eval_prompts: no more to print (100000 lines

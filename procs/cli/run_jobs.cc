@@ -23,7 +23,7 @@ namespace {
 void AppendMetricsLine(const std::string& state_dir, const std::string& line) {
   const std::string path = state_dir + "/" + kMetricsLog;
   auto rotated = RotateIfLarger(path, state_dir + "/" + kOlderMetricsLog, kMetricsLogBytes);
-  if (!rotated.ok()) std::fprintf(stderr, "[serve] %s\n", rotated.status().ToString().c_str());
+  if (!rotated.ok()) std::fprintf(stderr, "[serve] %s\n", rotated.status().message().c_str());
   pipeline::AppendLine(path, line);
 }
 
@@ -48,7 +48,7 @@ Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
     if (!tokens || std::filesystem::exists(file)) return;
     if (auto t = tokens->Issue(tenant); !t.ok())
       std::fprintf(stderr, "tenant %s has no token of its own (the admin token reaches it): %s\n",
-                   tenant.c_str(), t.status().ToString().c_str());
+                   tenant.c_str(), t.status().message().c_str());
   };
   std::vector<std::string> resumed;
   if (o.resume) {
@@ -103,7 +103,7 @@ Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
         if (!o.quiet) std::printf("tenant %s admitted\n", job.tenant().c_str());
       } else {
         std::fprintf(stderr, "tenant %s refused: %s\n", job.tenant().c_str(),
-                     st.ToString().c_str());
+                     st.message().c_str());
         report.refused.push_back(job.tenant());
       }
       waiting.erase(waiting.begin());
