@@ -51,7 +51,7 @@ Result<TaskExample> FromJsonl(const std::string& line) {
   json j;
   try {
     j = json::parse(line);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // a syntax error, or a number past a double (1e400)
     // "[json.exception.parse_error.101] parse error at line 1, column 9: syntax error ...":
     // where and what, for a line cut short, a stray \r or two objects on one line.
     const std::string what = e.what();

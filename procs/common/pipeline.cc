@@ -334,12 +334,7 @@ void RotateStageLog() {
 
 }  // namespace
 
-std::string OlderStageLog(const std::string& path) {
-  const std::string ext = ".log";
-  const bool has =
-      path.size() >= ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
-  return (has ? path.substr(0, path.size() - ext.size()) : path) + ".1.log";
-}
+std::string OlderStageLog(const std::string& path) { return path + ".1"; }
 
 void SetStageLogFile(const std::string& path, uint64_t max_bytes) {
   std::lock_guard<std::mutex> lock(g_log_mu);

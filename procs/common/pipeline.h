@@ -128,12 +128,13 @@ void StageLog(const char* role, const char* fmt, ...) __attribute__((format(prin
 
 // A long-running service's stage logs grew without end (every dropped record and failed
 // candidate is a line). Once set, StageLog checks the size of the file on stderr: past
-// `max_bytes` it renames `path` to <path less .log>.1.log (the one before goes) and puts a new
+// `max_bytes` it renames `path` to <path>.1 (the one before goes) and puts a new
 // `path` on stdout and stderr, so the two hold at most about twice `max_bytes` and no line is
 // lost at the switch. Nothing is done while stderr is not `path` (redirected elsewhere).
 inline constexpr uint64_t kStageLogBytes = 32ull << 20;
 void SetStageLogFile(const std::string& path, uint64_t max_bytes = kStageLogBytes);
-// <path less .log>.1.log: where SetStageLogFile's rotation puts the older part.
+// <path>.1: where SetStageLogFile's rotation puts the older part ("rollout.log.1": not
+// "rollout.1.log", which is rollout replica 1's own log).
 std::string OlderStageLog(const std::string& path);
 
 }  // namespace marlaas::pipeline

@@ -36,19 +36,27 @@
 namespace marlaas::serve {
 namespace {
 
+// The last 64 KiB of `path` ("" when it cannot be read).
+std::string FileTail(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return "";
+  f.seekg(0, std::ios::end);
+  const std::streamoff size = f.tellg();
+  f.seekg(std::max<std::streamoff>(0, size - 65536));
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
 // What the stage process `pid` said when it stopped (pipeline::StageMain logs "[role pid]
 // stopped: <status>" as it exits with an error), else its last line, from the end of the stage's
 // log (which earlier processes of the stage share); "" when it wrote nothing there. At most 400
 // characters: the cause (a corrupt model file, a device this build cannot use) in the
 // service's own error, not only in the log.
 std::string LastStopReason(const std::string& log, const std::string& role, pid_t pid) {
-  std::ifstream f(log, std::ios::binary);
-  if (!f) return "";
-  f.seekg(0, std::ios::end);
-  const std::streamoff size = f.tellg();
-  const std::streamoff from = std::max<std::streamoff>(0, size - 65536);
-  f.seekg(from);
-  std::string tail((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  // The older part first (pipeline::SetStageLogFile): the stage's last lines may be the ones
+  // that filled the log and went there with it.
+  std::string tail = FileTail(pipeline::OlderStageLog(log));
+  if (!tail.empty() && tail.back() != '\n') tail += '\n';
+  tail += FileTail(log);
   const std::string tag = "[" + role + " " + std::to_string(pid) + "] ";
   std::string last, stopped;
   std::istringstream lines(tail);

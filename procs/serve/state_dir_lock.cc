@@ -3,13 +3,14 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cinttypes>
+#include <climits>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -41,11 +42,15 @@ bool WriteHolder(int fd, bool stopping) {
   return ::ftruncate(fd, 0) == 0 && ::pwrite(fd, text, size_t(len), 0) == len;
 }
 
-// The other processes with `path` open (those this user may look at), as "pid N (name)" joined by
-// ", ": the ones that hold the lock, so that one that does not end on its own can be stopped.
-std::string ProcessesWithOpen(const std::string& path) {
-  struct stat target {};
-  if (::stat(path.c_str(), &target) != 0) return "";
+// The other processes that hold the lock on `path` (those this user may look at), as "pid N
+// (name)" joined by ", ", so that one that does not end on its own can be stopped. A descriptor
+// is compared by the name its link reads (stat on every descriptor of every process could hang
+// on a dead network mount), and counted only when its fdinfo shows a lock: a second serve that
+// merely has the file open, waiting, is not a holder.
+std::string ProcessesHoldingLock(const std::string& path) {
+  char resolved[PATH_MAX];
+  if (::realpath(path.c_str(), resolved) == nullptr) return "";
+  const std::string target = resolved;
   std::string found;
   DIR* proc = ::opendir("/proc");
   if (proc == nullptr) return "";
@@ -53,22 +58,24 @@ std::string ProcessesWithOpen(const std::string& path) {
     char* end = nullptr;
     const long pid = std::strtol(p->d_name, &end, 10);
     if (pid <= 0 || *end != '\0' || pid == ::getpid()) continue;
-    const std::string fds = std::string("/proc/") + p->d_name + "/fd";
-    DIR* dir = ::opendir(fds.c_str());
+    const std::string base = std::string("/proc/") + p->d_name;
+    DIR* dir = ::opendir((base + "/fd").c_str());
     if (dir == nullptr) continue;  // gone, or another user's
-    bool has = false;
+    bool holds = false;
     while (const dirent* f = ::readdir(dir)) {
-      struct stat st {};
-      if (f->d_name[0] != '.' && ::stat((fds + "/" + f->d_name).c_str(), &st) == 0 &&
-          st.st_dev == target.st_dev && st.st_ino == target.st_ino) {
-        has = true;
-        break;
-      }
+      if (f->d_name[0] == '.') continue;
+      char link[PATH_MAX];
+      const ssize_t n = ::readlink((base + "/fd/" + f->d_name).c_str(), link, sizeof(link) - 1);
+      if (n <= 0 || std::string(link, size_t(n)) != target) continue;
+      std::ifstream info(base + "/fdinfo/" + f->d_name);
+      for (std::string line; std::getline(info, line);)
+        holds = holds || line.rfind("lock:", 0) == 0;
+      if (holds) break;
     }
     ::closedir(dir);
-    if (!has) continue;
+    if (!holds) continue;
     char name[64] = {};
-    if (FILE* comm = std::fopen((std::string("/proc/") + p->d_name + "/comm").c_str(), "r")) {
+    if (FILE* comm = std::fopen((base + "/comm").c_str(), "r")) {
       if (std::fgets(name, sizeof(name), comm) != nullptr) name[std::strcspn(name, "\n")] = '\0';
       std::fclose(comm);
     }
@@ -106,7 +113,7 @@ Result<int> AcquireStateDirLock(const std::string& state_dir, int wait_ms, int l
       }
       // A stage of a dead service that did not end (stopped, or stuck in the kernel) holds it
       // for good: name it, so that it can be ended.
-      const std::string holders = ProcessesWithOpen(path);
+      const std::string holders = ProcessesHoldingLock(path);
       return Status(StatusCode::kAlreadyExists,
                     "the stage processes of an earlier service still use " + state_dir + " (" +
                         path + " is locked" +

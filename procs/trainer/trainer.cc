@@ -535,6 +535,7 @@ bool Trainer::TrainReady(bool under_pressure) {
       // pass (other tenants' steps, a passing peak): the tenant goes on with its next groups,
       // and only the third time in a row is it the tenant's error (a step that fit with room to
       // spare failed the tenant for good when the memory was short once).
+      if (!done.out_of_memory[i]) stepping[k]->out_of_memory_in_row = 0;  // not in a row
       const bool passing =
           results[i].not_finite ||
           (done.out_of_memory[i] && ++stepping[k]->out_of_memory_in_row < kOutOfMemoryTries);

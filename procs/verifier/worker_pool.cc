@@ -28,7 +28,12 @@ void WorkerPool::Submit(std::shared_ptr<PoolJob> job) {
   cv_.notify_all();
 }
 
-void WorkerPool::Wake() { cv_.notify_all(); }
+void WorkerPool::Wake() {
+  // Under the lock: a worker between its look at the queue and its wait would miss the notice
+  // (a cancelled job then waited for the next completion).
+  { std::lock_guard<std::mutex> l(mu_); }
+  cv_.notify_all();
+}
 
 bool WorkerPool::IsDone(const PoolJob& job) {
   std::lock_guard<std::mutex> l(mu_);

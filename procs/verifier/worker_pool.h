@@ -35,7 +35,8 @@ struct PoolJob {
 class WorkerPool {
  public:
   using Fn = std::function<void(PoolJob*)>;
-  // `run` runs a job on a worker thread; `cancel` fills in a cancelled one's outcome instead.
+  // `run` runs a job on a worker thread; `cancel` fills in a cancelled one's outcome instead,
+  // with the pool's lock held (it must not call the pool).
   WorkerPool(int workers, int cap, Fn run, Fn cancel);
   ~WorkerPool();
   WorkerPool(const WorkerPool&) = delete;

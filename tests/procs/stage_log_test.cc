@@ -1,4 +1,4 @@
-// SetStageLogFile: a stage's log on stderr is rotated past its size into <name>.1.log, with no
+// SetStageLogFile: a stage's log on stderr is rotated past its size into <name>.log.1, with no
 // line lost at the switch, and left alone when stderr is not that file.
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -48,9 +48,10 @@ std::vector<int> LineNumbers(const std::string& text) {
 
 TEST(StageLogTest, ALogPastItsSizeGoesToItsOlderPartWithNoLineLost) {
   const testing::ScopedTempDir dir("stage-log");
-  const std::string log = dir.path() + "/trainer.log", older = dir.path() + "/trainer.1.log";
+  const std::string log = dir.path() + "/trainer.log", older = dir.path() + "/trainer.log.1";
   EXPECT_EQ(OlderStageLog(log), older);
-  EXPECT_EQ(OlderStageLog(dir.path() + "/plain"), dir.path() + "/plain.1.log");
+  // Not another stage's log: rollout replica 1 writes rollout.1.log.
+  EXPECT_NE(OlderStageLog(dir.path() + "/rollout.log"), dir.path() + "/rollout.1.log");
   ASSERT_EQ(LogInChild(log, log, 4000, 300), 0);
   ASSERT_TRUE(ReadFile(older).ok()) << "not rotated";
   const std::string now = *ReadFile(log), before = *ReadFile(older);
@@ -73,7 +74,7 @@ TEST(StageLogTest, AStderrThatIsNotTheLogIsLeftAlone) {
   ASSERT_EQ(LogInChild(elsewhere, log, 4000, 300), 0);
   EXPECT_EQ(LineNumbers(*ReadFile(elsewhere)).size(), 300u);  // all of it, where it was sent
   EXPECT_FALSE(ReadFile(log).ok());
-  EXPECT_FALSE(ReadFile(dir.path() + "/trainer.1.log").ok());
+  EXPECT_FALSE(ReadFile(dir.path() + "/trainer.log.1").ok());
 }
 
 // An exception that ends a stage (LibTorch out of memory) is its last line, tagged as its stop

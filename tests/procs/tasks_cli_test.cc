@@ -72,6 +72,14 @@ TEST(TasksCliTest, BadInputIsNamed) {
   EXPECT_NE(r.output.find("bad.jsonl:2"), std::string::npos) << r.output;
   // With the parser's reason and place (every bad line said "is not a JSON object").
   EXPECT_NE(r.output.find("not valid JSON (column 2"), std::string::npos) << r.output;
+  // A number past a double is a bad line too (it threw past the catch: serve's admission of
+  // such a dataset aborted the service).
+  std::ofstream(dir.path() + "/huge.jsonl")
+      << R"({"id": "a", "prompt": "p", "reference": "r", "x": 1e400})"
+      << "\n";
+  r = RunMarlaas("tasks --check " + dir.path() + "/huge.jsonl");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("huge.jsonl:1"), std::string::npos) << r.output;
   std::ofstream(dir.path() + "/list.jsonl") << "[1, 2]\n";
   r = RunMarlaas("tasks --check " + dir.path() + "/list.jsonl");
   EXPECT_EQ(r.status, 1);
