@@ -77,6 +77,8 @@ Result<std::vector<SegmentInfo>> RemoveStaleSegments(const std::string& instance
     if (!info.stale()) continue;
     if (::shm_unlink(("/" + info.system_name).c_str()) == 0 || errno == ENOENT) {
       removed.push_back(info);
+    } else if (errno == EACCES || errno == EPERM) {
+      continue;  // another user's: not ours to remove (the others still are)
     } else {
       return ErrnoStatus("shm_unlink /" + info.system_name, errno);
     }

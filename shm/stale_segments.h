@@ -23,7 +23,8 @@ struct SegmentInfo {
 
 // Every /dev/shm/marlaas.* segment, optionally only those of `instance` (empty = all).
 Result<std::vector<SegmentInfo>> ListSegments(const std::string& instance = "");
-// Unlinks the stale ones among ListSegments(instance); returns what it removed.
+// Unlinks the stale ones among ListSegments(instance); returns what it removed. Another user's
+// that this one may not remove are left and skipped.
 Result<std::vector<SegmentInfo>> RemoveStaleSegments(const std::string& instance = "");
 
 }  // namespace marlaas

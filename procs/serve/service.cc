@@ -116,8 +116,10 @@ Result<std::unique_ptr<Service>> Service::Start(const ServiceOptions& options) {
     return Status(StatusCode::kIo, "creating " + options.stage.state_dir + ": " + ec.message());
   // One service per state dir; the stages inherit the lock.
   MARLAAS_ASSIGN_OR_RETURN(s->lock_fd_, AcquireStateDirLock(options.stage.state_dir));
-  // Segments left by a dead earlier run of this instance, and what killed sandbox runs left.
-  (void)RemoveStaleSegments(instance);
+  // Segments left by dead services, of this instance and of any other (a serve's default
+  // instance has its pid in it: each killed one left its segments, about 100 MiB of /dev/shm,
+  // to `marlaas clean`), and what killed sandbox runs left.
+  (void)RemoveStaleSegments();
   sandbox::RemoveStaleRunCgroups();
   (void)sandbox::RemoveStaleSandboxRoots();
   s->held_ = std::make_shared<Held>();

@@ -32,6 +32,7 @@
 #include "procs/serve/metrics_export.h"
 #include "procs/serve/tokens.h"
 #include "proto/job_spec.h"
+#include "shm/stale_segments.h"
 #include "tests/procs/pipeline_fixture.h"
 #include "tests/procs/run_marlaas.h"
 #include "tests/test_util.h"
@@ -582,6 +583,7 @@ TEST_F(PipelineTest, KillNineOfServeThenRestartResumesEveryTenant) {
   ASSERT_GE(stages.size(), 3u) << "serve's stage processes were not found under /proc";
   ASSERT_EQ(::kill(serve, SIGKILL), 0);
   const ChildExit killed = WaitChildFor(serve, 30);
+  const std::string killed_instance = "serve" + std::to_string(serve);  // its default
   serve = -1;
   ASSERT_FALSE(killed.timed_out) << "serve outlived SIGKILL by 30 s";
   const ScopeExit kill_stages([&stages] {  // a failed check below leaves none of them running
@@ -617,6 +619,11 @@ TEST_F(PipelineTest, KillNineOfServeThenRestartResumesEveryTenant) {
     EXPECT_EQ(s.state(), "finished") << id << " was not resumed to the end (token kept?)";
     EXPECT_EQ(s.step(), 30u) << id;
   }
+  // The killed serve's segments (its own instance, named by its pid) went with the new serve's
+  // start: they were left to `marlaas clean`.
+  const auto left = ListSegments(killed_instance);
+  ASSERT_TRUE(left.ok()) << left.status().ToString();
+  EXPECT_TRUE(left->empty()) << left->size() << " segments of " << killed_instance << " left";
   const pb::TenantStatus after = WaitForStatus(
       state_dir_, tres.submit().token(), "tres", [](const pb::TenantStatus&) { return true; }, 10);
   EXPECT_EQ(after.state(), "finished");
