@@ -50,12 +50,12 @@ struct Job : PoolJob {
   pb::ToolCall call;          // kToolCallRecord
   pb::ToolResult result;      // output of a tool call
   std::string refuse;         // non-empty: untrusted work refused with this reason
-  // `cancelled` (PoolJob) is set by the stage's loop once the tenant is no longer running
+  // PoolJob's `cancelled` is set by the stage's loop once the tenant is no longer running
   // (failed, stopped, finished or replaced): a queued job is then not run (CancelJob instead), so
   // that a failed tenant's backlog of slow verifications does not hold the workers from the
-  // others. busy_ns: wall time (the stage's utilisation). Set by the worker: the
-  // CPU time: the worker thread's and its sandbox runs' (their process trees), the cost the
-  // simulator's calibration records (shm/metrics.h work_ns, tool_ns).
+  // others. Its `busy_ns` is the job's wall time (the stage's utilisation).
+  // Set by the worker: the CPU time, the worker thread's and its sandbox runs' (their process
+  // trees), the cost the simulator's calibration records (shm/metrics.h work_ns, tool_ns).
   int64_t cpu_ns = 0;
 };
 
