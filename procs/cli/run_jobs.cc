@@ -102,8 +102,7 @@ Result<RunJobsReport> RunJobs(const RunJobsOptions& o) {
         give_token(job.tenant());
         if (!o.quiet) std::printf("tenant %s admitted\n", job.tenant().c_str());
       } else {
-        std::fprintf(stderr, "tenant %s refused: %s\n", job.tenant().c_str(),
-                     st.message().c_str());
+        std::fprintf(stderr, "tenant %s refused: %s\n", job.tenant().c_str(), st.message().c_str());
         report.refused.push_back(job.tenant());
       }
       waiting.erase(waiting.begin());

@@ -2,15 +2,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <set>
-#include <thread>
 #include <vector>
 
 #include "base/cpu_time.h"
