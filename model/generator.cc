@@ -5,6 +5,15 @@
 #include <map>
 
 namespace marlaas::model {
+namespace {
+
+// So that the push_back after it cannot throw (doubling: amortised as push_back's own growth).
+template <typename T>
+void RoomForOneMore(std::vector<T>* v) {
+  if (v->size() == v->capacity()) v->reserve(2 * v->size() + 16);
+}
+
+}  // namespace
 
 Generator::Generator(const Transformer& model, bool adapter_pool)
     : model_(model), arena_(std::make_shared<KvArena>(model.config(), model.device())) {
@@ -20,17 +29,31 @@ void Generator::Add(GenerationRequest request) {
     TORCH_CHECK(acquired.ok(), acquired.status().ToString());
     slot = *acquired;
   }
-  auto seq = std::unique_ptr<Sequence>(new Sequence{
-      std::move(request), KvCache(arena_), SamplerRng(0), GenerationResult{}, false, slot});
+  auto seq = std::unique_ptr<Sequence>(new Sequence{std::move(request), std::nullopt, SamplerRng(0),
+                                                    GenerationResult{}, false, slot});
   seq->rng = SamplerRng(seq->req.seed);
   seq->result.id = seq->req.id;
   seqs_.push_back(std::move(seq));
 }
 
 std::vector<GenerationResult> Generator::Step() {
+  try {
+    return StepOrThrow();
+  } catch (...) {
+    DropKeyValues();
+    throw;
+  }
+}
+
+std::vector<GenerationResult> Generator::StepOrThrow() {
   std::vector<GenerationResult> done;
   if (seqs_.empty()) return done;
   torch::NoGradGuard no_grad;
+  for (auto& s : seqs_) {
+    if (s->cache) continue;
+    s->cache.emplace(arena_);  // may grow the arena
+    s->prefilled = false;
+  }
   // A joining sequence with the same prompt and adapter as an earlier joining one (a GRPO group's
   // completions) is not computed: after the pass it copies that one's cache and logits, which
   // are exactly what it would have computed. row_of: its row in the packed forward (its
@@ -45,21 +68,26 @@ std::vector<GenerationResult> Generator::Step() {
   std::vector<bool> slot_seen(pool_ ? size_t(pool_->slots()) : 0);  // distinct adapters
   for (size_t b = 0; b < seqs_.size(); ++b) {
     Sequence* s = seqs_[b].get();
-    if (!s->prefilled) {
+    // A joining sequence computes its prompt; one computed again after a failed Step (see
+    // DropKeyValues) also the tokens it has generated, and samples its next token from the last.
+    std::vector<int32_t> in;
+    if (s->prefilled) {
+      in.push_back(s->result.tokens.back());
+    } else {
+      in = s->req.prompt;
+      in.insert(in.end(), s->result.tokens.begin(), s->result.tokens.end());
       const int64_t adapter =
           pool_ ? int64_t(s->pool_slot) : int64_t(reinterpret_cast<intptr_t>(s->req.adapter.get()));
-      auto [it, fresh] = joining.emplace(std::make_pair(adapter, s->req.prompt), b);
+      auto [it, fresh] = joining.emplace(std::make_pair(adapter, in), b);
       if (!fresh) {
         leader[b] = int64_t(it->second);
         continue;
       }
     }
-    const std::vector<int32_t>& in =
-        s->prefilled ? std::vector<int32_t>{s->result.tokens.back()} : s->req.prompt;
     last_step_.tokens += in.size();
     row_of[b] = int64_t(inputs.size());
     inputs.push_back(torch::tensor(std::vector<int64_t>(in.begin(), in.end()), torch::kInt64));
-    caches.push_back(&s->cache);
+    caches.push_back(&*s->cache);
     int32_t index = -1;
     if (pool_) {
       index = s->pool_slot;
@@ -86,16 +114,35 @@ std::vector<GenerationResult> Generator::Step() {
   auto logits = model_.Step(inputs, caches, &routing).to(torch::kCPU).contiguous();
   for (size_t b = 0; b < seqs_.size(); ++b) {
     if (leader[b] < 0) continue;
-    seqs_[b]->cache.CopyFrom(seqs_[size_t(leader[b])]->cache);
+    seqs_[b]->cache->CopyFrom(*seqs_[size_t(leader[b])]->cache);
     row_of[b] = row_of[size_t(leader[b])];
   }
+  // Sampling, then the results: whatever may throw comes first, and the rows' random streams are
+  // put back if it does, so that a failed Step has sampled nothing.
   const int32_t vocab = int32_t(logits.size(1));
+  std::vector<Sampled> picks(seqs_.size());
   std::vector<std::unique_ptr<Sequence>> still;
+  still.reserve(seqs_.size());
+  done.reserve(seqs_.size());
+  std::vector<SamplerRng> streams;
+  streams.reserve(seqs_.size());
+  for (const auto& s : seqs_) streams.push_back(s->rng);
+  try {
+    for (size_t b = 0; b < seqs_.size(); ++b) {
+      Sequence& s = *seqs_[b];
+      picks[b] = SampleToken(logits.data_ptr<float>() + size_t(row_of[b]) * size_t(vocab), vocab,
+                             s.req.sampling, &s.rng);
+      RoomForOneMore(&s.result.tokens);
+      RoomForOneMore(&s.result.logprobs);
+    }
+  } catch (...) {
+    for (size_t b = 0; b < seqs_.size(); ++b) seqs_[b]->rng = streams[b];
+    throw;
+  }
   for (size_t b = 0; b < seqs_.size(); ++b) {
     Sequence& s = *seqs_[b];
     s.prefilled = true;
-    const Sampled pick = SampleToken(logits.data_ptr<float>() + size_t(row_of[b]) * size_t(vocab),
-                                     vocab, s.req.sampling, &s.rng);
+    const Sampled pick = picks[b];
     s.result.tokens.push_back(pick.token);
     s.result.logprobs.push_back(pick.logprob);
     const bool stop = std::find(s.req.stop_tokens.begin(), s.req.stop_tokens.end(), pick.token) !=
@@ -113,18 +160,53 @@ std::vector<GenerationResult> Generator::Step() {
   return done;
 }
 
+std::optional<GenerationResult> Generator::Remove(uint64_t id) {
+  auto it =
+      std::find_if(seqs_.begin(), seqs_.end(), [id](const auto& s) { return s->req.id == id; });
+  if (it == seqs_.end()) return std::nullopt;
+  GenerationResult partial = std::move((*it)->result);
+  partial.hit_stop = false;
+  if (pool_ && (*it)->req.adapter) pool_->Release((*it)->req.adapter.get());
+  seqs_.erase(it);  // its cache gives its slot back
+  return partial;
+}
+
+std::vector<uint64_t> Generator::ActiveIds() const {
+  std::vector<uint64_t> ids;
+  for (const auto& s : seqs_) ids.push_back(s->req.id);
+  return ids;
+}
+
+void Generator::DropKeyValues() noexcept {
+  for (auto& s : seqs_) {
+    s->cache.reset();
+    s->prefilled = false;
+  }
+  try {
+    arena_ = std::make_shared<KvArena>(model_.config(), model_.device());
+  } catch (...) {
+    // No memory even for a small arena: the old one stays, every slot free.
+  }
+}
+
 void Generator::ReleaseIdleMemory() {
   if (!seqs_.empty()) return;
   if (arena_->slots() > KvArena::kInitialSlots || arena_->capacity() > KvArena::kInitialCapacity)
-    arena_ = std::make_shared<KvArena>(model_.config(), model_.device());
+    DropKeyValues();
 }
 
 void Generator::TrimArena() {
   if (seqs_.empty()) return;  // kept for the next round; ReleaseIdleMemory gives it back
   int64_t longest = 0;
-  for (const auto& s : seqs_) longest = std::max(longest, s->cache.length());
-  if (arena_->capacity() > KvArena::kInitialCapacity && longest * 4 <= arena_->capacity())
+  for (const auto& s : seqs_) longest = std::max(longest, s->cache ? s->cache->length() : 0);
+  if (arena_->capacity() <= KvArena::kInitialCapacity || longest * 4 > arena_->capacity()) return;
+  try {
     arena_->Trim(std::max(KvArena::kInitialCapacity, 2 * longest));
+  } catch (...) {
+    // The smaller copy found no memory, and the arena may be half resized: the caches go, and
+    // the next Step computes the sequences again (the step that trimmed has been kept).
+    DropKeyValues();
+  }
 }
 
 }  // namespace marlaas::model

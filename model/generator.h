@@ -6,10 +6,17 @@
 // in a LoraPool (copied in when their first sequence joins, freed when their last one leaves)
 // and the logits come back to the CPU for sampling. The sequences' caches share one KvArena, so
 // the decoding rows attend together. One thread drives a Generator.
+//
+// Memory running out is survivable: a Step that throws (out of memory or anything else) has
+// advanced no sequence and sampled nothing, and has let every key/value cache go (a fresh,
+// small arena), so the next Step computes each sequence again from its prompt and the tokens it
+// has generated, and samples exactly what it would have. A caller short of memory can also take
+// sequences out (Remove) and add them back later with their tokens so far as the prompt.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "model/kv_cache.h"
@@ -48,11 +55,18 @@ class Generator {
   // With `adapter_pool` the adapters go through a LoraPool on any device (always on CUDA).
   explicit Generator(const Transformer& model, bool adapter_pool = false);
 
-  // The sequence joins the batch at the next Step. Throws (c10::Error) when its adapter cannot
-  // be placed on the model's device (e.g. a rank above LoraPool::kMaxPoolRank).
+  // The sequence joins the batch at the next Step (its key/value slot is taken there). Throws
+  // (c10::Error) when its adapter cannot be placed on the model's device (e.g. a rank above
+  // LoraPool::kMaxPoolRank).
   void Add(GenerationRequest request);
-  // Advances every active sequence by one token; returns those that finished.
+  // Advances every active sequence by one token; returns those that finished. Throws as
+  // LibTorch does (c10::Error, std::bad_alloc); then nothing advanced (see above).
   std::vector<GenerationResult> Step();
+  // Takes sequence `id` out of the batch: what it generated so far (hit_stop false), or nothing
+  // when no active sequence has that id. Its memory goes back.
+  std::optional<GenerationResult> Remove(uint64_t id);
+  // The active sequences' ids, in the order they were added.
+  std::vector<uint64_t> ActiveIds() const;
   size_t active() const { return seqs_.size(); }
   const LoraPool* pool() const { return pool_.get(); }  // null without one
   const StepShape& last_step() const { return last_step_; }
@@ -66,12 +80,16 @@ class Generator {
  private:
   struct Sequence {
     GenerationRequest req;
-    KvCache cache;
+    std::optional<KvCache> cache;  // none until its first Step, and after a failed one
     SamplerRng rng;
     GenerationResult result;
-    bool prefilled = false;
+    bool prefilled = false;  // its cache holds the prompt and every token but the last sampled
     int pool_slot = -1;
   };
+  std::vector<GenerationResult> StepOrThrow();
+  // After a failed Step: every cache goes (so does the arena's memory); each sequence is computed
+  // again from its prompt and generated tokens at the next Step.
+  void DropKeyValues() noexcept;
   // After a step: once the longest live sequence needs a quarter of the arena's positions or
   // less (a long one has left), the arena keeps twice that many.
   void TrimArena();

@@ -16,6 +16,12 @@ inline std::string TorchErrorText(const std::exception& e) {
   return e.what();
 }
 
+// Its first line: enough for a log line or a tenant's reason.
+inline std::string TorchErrorLine(const std::exception& e) {
+  const std::string text = TorchErrorText(e);
+  return text.substr(0, text.find('\n'));
+}
+
 // Whether `e` says memory ran out (std::bad_alloc; LibTorch's CPU allocator: "can't allocate
 // memory"; CUDA: "out of memory"): a condition of the moment, not of the input.
 inline bool IsOutOfMemory(const std::exception& e) {

@@ -4,6 +4,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <thread>
 #include <unordered_map>
 
@@ -16,11 +17,13 @@
 #include "model/generator.h"
 #include "model/lora_adapter.h"
 #include "model/tokenizer.h"
+#include "model/torch_error.h"
 #include "model/transformer.h"
 #include "procs/common/stage_device.h"
 #include "procs/common/task_source.h"
 #include "procs/common/tenant_error.h"
 #include "procs/common/tenant_watcher.h"
+#include "procs/rollout/active_limit.h"
 #include "procs/rollout/adapter_inbox.h"
 #include "sandbox/tool_syntax.h"
 #include "shm/adapter_store.h"
@@ -79,6 +82,7 @@ struct Sequence {
   uint32_t prompt_tokens = 0;
   int generated = 0;
   int tool_turns = 0;
+  int set_asides = 0;  // times taken out of the generator for memory (ActiveLimit)
   uint64_t seed = 0;
   pb::Trajectory* traj;       // inside group->group
   uint64_t waiting_call = 0;  // parked on this tool call
@@ -154,7 +158,17 @@ class Rollout {
   // Stops serving `t` for good and reports why (RolloutTenant::unservable).
   void MarkUnservable(RolloutTenant* t, const std::string& why);
   void AddToGenerator(Sequence* s);
+  // What the generator produced for `s` (all of it, or up to where it was taken out).
+  void AppendGenerated(Sequence* s, const model::GenerationResult& r);
   void OnFinished(model::GenerationResult& r);
+  // A generation pass ran out of memory (`what`): the newest sequences are set aside (ActiveLimit),
+  // or, with one left that failed alone too often, its tenant is not served.
+  void OnOutOfMemory(const std::string& what);
+  // Sequences set aside go back into the generator, oldest first, as the limit allows.
+  void ResumeSetAside();
+  // Everything of `t` still here goes: its sequences (generating, set aside, waiting on a tool)
+  // and open groups. For a tenant that cannot be served.
+  void DropTenantWork(RolloutTenant* t);
   void FinishSequence(Sequence* s);
   void DrainToolResults();
   void ExpireToolCalls();
@@ -185,6 +199,8 @@ class Rollout {
   std::unordered_map<uint64_t, std::unique_ptr<OpenGroup>> groups_;  // by group id
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;     // by generator id
   std::unordered_map<uint64_t, uint64_t> parked_;                    // call id -> seq id
+  ActiveLimit active_limit_{kMaxActiveSequences};
+  std::set<uint64_t> set_aside_;  // seq ids out of the generator for memory, resumed in id order
   std::deque<std::pair<uint32_t, std::string>> outbox_;  // (type, serialised) not yet committed
   std::deque<std::pair<RolloutTenant*, uint64_t>> outbox_groups_;  // tenant per group record
   uint64_t next_seq_id_ = 1, next_group_ = 0, next_call_ = 1;
@@ -301,7 +317,15 @@ void Rollout::SyncTenants() {
       t->metrics.groups = std::max(t->metrics.groups, t->retired);
       if (tm->steps >= t->spec.max_steps()) t->finished = true;
     }
-    RefreshAdapter(t);
+    try {
+      RefreshAdapter(t);
+    } catch (const std::exception& e) {
+      // No memory for the copy now: the tenant's current adapter stays, and the next sync tries
+      // again.
+      if (!model::IsOutOfMemory(e)) throw;
+      StageLog(kRole, "tenant %s: no memory to read its new adapter now: %s", t->id.c_str(),
+               model::TorchErrorLine(e).c_str());
+    }
   }
   for (auto& [row, t] : tenants_)
     if (!seen.count(row)) t->finished = true;
@@ -317,7 +341,8 @@ void Rollout::SyncTenants() {
 }
 
 void Rollout::StartGroups() {
-  if (tenants_.empty()) return;
+  // Sequences set aside for memory go first: nothing new starts before them.
+  if (tenants_.empty() || !set_aside_.empty()) return;
   // Its adapter, and the trainer's counts to pace from.
   auto servable = [](const RolloutTenant* t) { return t->adapter && t->trainer_seen; };
   std::vector<RolloutTenant*> order;
@@ -367,7 +392,7 @@ void Rollout::StartGroups() {
       RolloutTenant* t = order[i];
       if (t->finished || !servable(t)) continue;
       if (args_.lockstep && t->round_quota == 0) continue;
-      if (gen_.active() + t->spec.group_size() > kMaxActiveSequences && gen_.active() > 0) {
+      if (gen_.active() + t->spec.group_size() > active_limit_.limit() && gen_.active() > 0) {
         next_tenant_rr_ = i;
         return;
       }
@@ -381,6 +406,7 @@ void Rollout::StartGroups() {
         // The trainer waits for what a round started (our cursor): publish it at once.
         (void)metrics_.StoreTenant(t->row, t->metrics);
       }
+      if (!set_aside_.empty()) return;  // the group did not fit whole
       progress = true;
     }
   }
@@ -451,7 +477,12 @@ void Rollout::StartGroup(RolloutTenant* t) {
     s->id = next_seq_id_++;
     Sequence* raw = s.get();
     seqs_[s->id] = std::move(s);
-    AddToGenerator(raw);
+    // Past the limit (memory ran short: ActiveLimit) the rest waits, set aside from the start.
+    if (gen_.active() < active_limit_.limit()) {
+      AddToGenerator(raw);
+    } else {
+      set_aside_.insert(raw->id);
+    }
   }
   ++t->open_groups;
   t->start_order.push_back(group_id);
@@ -467,22 +498,99 @@ void Rollout::AddToGenerator(Sequence* s) {
   r.sampling.temperature = t->spec.sampling().temperature();
   r.sampling.top_p = t->spec.sampling().top_p();
   r.sampling.top_k = int32_t(t->spec.sampling().top_k());
+  // Each time it goes back into the generator, a stream of its own.
   r.seed = s->tool_turns == 0 ? s->seed : Mix(s->seed, uint64_t(s->tool_turns));
+  if (s->set_asides > 0) r.seed = Mix(r.seed, 0x5e7a5de000000000ULL + uint64_t(s->set_asides));
   r.max_new_tokens = std::max(1, int32_t(t->spec.sampling().max_new_tokens()) - s->generated);
   r.stop_tokens = stops_;
   gen_.Add(std::move(r));
+}
+
+void Rollout::AppendGenerated(Sequence* s, const model::GenerationResult& r) {
+  s->tokens.insert(s->tokens.end(), r.tokens.begin(), r.tokens.end());
+  s->logprobs.insert(s->logprobs.end(), r.logprobs.begin(), r.logprobs.end());
+  s->mask.insert(s->mask.end(), r.tokens.size(), 1);
+  s->generated += int(r.tokens.size());
+  s->group->tenant->metrics.tokens += r.tokens.size();
+}
+
+void Rollout::OnOutOfMemory(const std::string& what) {
+  const size_t active = gen_.active();
+  const size_t out = active_limit_.OutOfMemory(active);
+  std::vector<uint64_t> ids = gen_.ActiveIds();
+  if (out == 0) {
+    if (ids.empty()) return;
+    auto it = seqs_.find(ids.front());
+    if (!active_limit_.GiveUpAlone() || it == seqs_.end()) {
+      StageLog(kRole, "out of memory in a pass of one sequence (%s): trying it again",
+               what.c_str());
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // memory may come back
+      return;
+    }
+    Sequence* s = it->second.get();
+    RolloutTenant* t = s->group->tenant;
+    MarkUnservable(t, "out of memory generating one completion alone, " +
+                          std::to_string(ActiveLimit::kAloneTries) + " times in a row (" +
+                          std::to_string(s->tokens.size()) +
+                          " tokens so far, sampling.max_new_tokens " +
+                          std::to_string(t->spec.sampling().max_new_tokens()) + "): " + what);
+    DropTenantWork(t);
+    active_limit_.Reset();
+    return;
+  }
+  // The newest go (the highest ids: the groups started last), so the oldest groups finish first.
+  std::sort(ids.begin(), ids.end());
+  for (size_t k = ids.size() - out; k < ids.size(); ++k) {
+    std::optional<model::GenerationResult> part = gen_.Remove(ids[k]);
+    auto it = seqs_.find(ids[k]);
+    if (!part || it == seqs_.end()) continue;
+    AppendGenerated(it->second.get(), *part);
+    ++it->second->set_asides;
+    set_aside_.insert(ids[k]);
+  }
+  StageLog(kRole,
+           "out of memory in a pass of %zu sequences (%s): %zu set aside until memory allows; at "
+           "most %zu at once for now",
+           active, what.c_str(), out, active_limit_.limit());
+}
+
+void Rollout::ResumeSetAside() {
+  while (!set_aside_.empty() && gen_.active() < active_limit_.limit()) {
+    const uint64_t id = *set_aside_.begin();
+    set_aside_.erase(set_aside_.begin());
+    auto it = seqs_.find(id);
+    if (it != seqs_.end()) AddToGenerator(it->second.get());
+  }
+}
+
+void Rollout::DropTenantWork(RolloutTenant* t) {
+  for (auto it = seqs_.begin(); it != seqs_.end();) {
+    if (it->second->group->tenant != t) {
+      ++it;
+      continue;
+    }
+    (void)gen_.Remove(it->first);
+    set_aside_.erase(it->first);
+    if (it->second->waiting_call != 0) parked_.erase(it->second->waiting_call);
+    it = seqs_.erase(it);
+  }
+  for (auto it = groups_.begin(); it != groups_.end();) {
+    if (it->second->tenant != t) {
+      ++it;
+      continue;
+    }
+    --t->open_groups;
+    it = groups_.erase(it);
+  }
+  t->start_order.clear();
 }
 
 void Rollout::OnFinished(model::GenerationResult& r) {
   auto it = seqs_.find(r.id);
   if (it == seqs_.end()) return;
   Sequence* s = it->second.get();
-  s->tokens.insert(s->tokens.end(), r.tokens.begin(), r.tokens.end());
-  s->logprobs.insert(s->logprobs.end(), r.logprobs.begin(), r.logprobs.end());
-  s->mask.insert(s->mask.end(), r.tokens.size(), 1);
-  s->generated += int(r.tokens.size());
+  AppendGenerated(s, r);
   RolloutTenant* t = s->group->tenant;
-  t->metrics.tokens += r.tokens.size();
   const int budget = int(t->spec.sampling().max_new_tokens());
   if (r.hit_stop && !r.tokens.empty() && r.tokens.back() == tool_end_ &&
       s->tool_turns < sandbox::kMaxToolTurns && s->generated < budget) {
@@ -684,10 +792,21 @@ Status Rollout::Run() {
       last_sync = now;
     }
     DrainToolResults();
+    ResumeSetAside();
     StartGroups();
     if (gen_.active() > 0) {
       const int64_t t0 = MonotonicNanos(), cpu0 = ProcessCpuNanos();
-      std::vector<model::GenerationResult> done = gen_.Step();
+      std::vector<model::GenerationResult> done;
+      try {
+        done = gen_.Step();
+      } catch (const std::exception& e) {
+        // The generator advanced nothing and let its key/value memory go (model/generator.h).
+        if (!model::IsOutOfMemory(e)) throw;
+        engine_.busy_ns += uint64_t(MonotonicNanos() - t0);
+        OnOutOfMemory(model::TorchErrorLine(e));
+        continue;
+      }
+      active_limit_.GoodPass();
       const int64_t spent = MonotonicNanos() - t0, cpu = ProcessCpuNanos() - cpu0;
       engine_.busy_ns += uint64_t(spent);
       const model::StepShape& shape = gen_.last_step();

@@ -1,15 +1,21 @@
 // Generation: KV-cache steps against full recomputation, continuous batching independence, and
 // the sampler's distribution and behaviour log-probs.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <random>
 
+#include "model/compute_threads.h"
 #include "model/generator.h"
 #include "model/sampler.h"
+#include "model/torch_error.h"
 #include "model/transformer.h"
+#include "tests/test_util.h"
 
 namespace marlaas::model {
 namespace {
@@ -367,6 +373,146 @@ TEST(GenerationTest, StopTokensEndASequenceAndAreReported) {
   EXPECT_TRUE(second.hit_stop);
   EXPECT_LE(second.tokens.size(), 3u);
   EXPECT_EQ(second.tokens.back(), first.tokens[2]);
+}
+
+// A Step that runs out of memory (a real address-space limit, in a child) throws, has advanced no
+// sequence and has given the key/value memory back; once memory is there again, every sequence
+// (those decoding when it failed and those that were joining) samples exactly the tokens and
+// log-probs of a run that never failed.
+TEST(GenerationTest, AStepThatRunsOutOfMemoryChangesNothingTheSequencesSample) {
+  const pid_t child = testing::ForkChild([]() -> int {
+    SetComputeThreads(1);  // OpenBLAS's own threads spin on a failed allocation
+    auto w = *BaseWeights::Load(kData + "/llama");
+    Transformer model(w);
+    auto adapter = RandomAdapter(*w, 4, 9);
+    std::mt19937 rng(77);
+    const int vocab = w->config.vocab_size;
+    std::vector<GenerationRequest> early, late;
+    for (uint64_t i = 0; i < 3; ++i) {  // decoding when the step fails
+      GenerationRequest r;
+      r.id = i + 1;
+      r.prompt = Prompt(rng, 5, vocab);
+      r.adapter = i == 1 ? nullptr : adapter;
+      r.seed = 10 + i;
+      r.max_new_tokens = 30;
+      early.push_back(r);
+    }
+    for (uint64_t i = 0; i < 64; ++i) {  // joining in the step that fails: a large prefill
+      GenerationRequest r;
+      r.id = 100 + i;
+      r.prompt = Prompt(rng, 100, vocab);
+      r.adapter = adapter;
+      r.seed = 1000 + i;
+      r.max_new_tokens = 20;
+      late.push_back(r);
+    }
+    // run(limit): the early ones, 4 steps, then the late ones join; with `limit`, the next step
+    // runs under an address-space limit of what is mapped then. Returns the results by id and
+    // how many steps failed (-1: a failure that was not memory).
+    auto run = [&](bool limit, int* failed) {
+      Generator g(model);
+      std::map<uint64_t, GenerationResult> got;
+      for (const auto& r : early) g.Add(r);
+      for (int k = 0; k < 4; ++k)
+        for (auto& d : g.Step()) got[d.id] = d;
+      for (const auto& r : late) g.Add(r);
+      *failed = 0;
+      if (limit) {
+        long vm_kb = 0;
+        std::ifstream status("/proc/self/status");
+        for (std::string line; std::getline(status, line);)
+          if (line.rfind("VmSize:", 0) == 0) vm_kb = std::stol(line.substr(7));
+        struct rlimit r {};
+        ::getrlimit(RLIMIT_AS, &r);
+        const rlim_t hard = r.rlim_max;
+        r.rlim_cur = rlim_t(vm_kb) << 10;
+        if (vm_kb == 0 || ::setrlimit(RLIMIT_AS, &r) != 0) *failed = -2;
+        try {
+          for (auto& d : g.Step()) got[d.id] = d;
+        } catch (const std::exception& e) {
+          *failed = IsOutOfMemory(e) ? 1 : -1;
+          if (*failed < 0) std::fprintf(stderr, "not out of memory: %s\n", e.what());
+        }
+        r.rlim_cur = hard;
+        ::setrlimit(RLIMIT_AS, &r);
+        // The failed step let the arena go.
+        if (*failed == 1 && g.kv_arena().slots() != KvArena::kInitialSlots) *failed = -3;
+      }
+      while (g.active() > 0)
+        for (auto& d : g.Step()) got[d.id] = d;
+      return got;
+    };
+    int failed = 0;
+    const auto want = run(false, &failed);
+    const auto got = run(true, &failed);
+    if (failed != 1) {
+      std::fprintf(stderr, "the limited step: %d\n", failed);
+      return failed == 0 ? 3 : 4;  // 3: it fit
+    }
+    if (got.size() != early.size() + late.size() || want.size() != got.size()) return 5;
+    for (const auto& [id, r] : want) {
+      const GenerationResult& o = got.at(id);
+      if (o.tokens != r.tokens || o.logprobs.size() != r.logprobs.size()) {
+        std::fprintf(stderr, "request %llu sampled other tokens\n", (unsigned long long)id);
+        return 6;
+      }
+      for (size_t k = 0; k < r.logprobs.size(); ++k)
+        if (std::fabs(o.logprobs[k] - r.logprobs[k]) > 1e-4) return 7;
+    }
+    return 0;
+  });
+  const testing::ChildExit e = testing::WaitChildFor(child, 180);
+  EXPECT_TRUE(e.exited && e.code == 0) << "exit " << e.code << " signal " << e.signal;
+}
+
+// A removed sequence hands over what it generated so far and leaves the batch; added back with
+// those tokens after its prompt, it continues as if never removed (greedy: the same tokens).
+TEST(GenerationTest, ARemovedSequenceHandsOverItsTokensAndContinuesFromThem) {
+  auto w = *BaseWeights::Load(kData + "/llama");
+  Transformer model(w);
+  auto adapter = RandomAdapter(*w, 4, 12);
+  std::mt19937 rng(3);
+  GenerationRequest a, b;
+  a.id = 1;
+  a.prompt = Prompt(rng, 6, w->config.vocab_size);
+  a.adapter = adapter;
+  a.sampling.greedy = true;
+  a.max_new_tokens = 16;
+  b = a;
+  b.id = 2;
+  b.prompt = Prompt(rng, 4, w->config.vocab_size);
+  Generator whole(model);
+  whole.Add(a);
+  GenerationResult want;
+  while (whole.active() > 0)
+    for (auto& d : whole.Step()) want = d;
+  ASSERT_EQ(want.tokens.size(), 16u);
+
+  Generator g(model);
+  g.Add(a);
+  g.Add(b);
+  for (int k = 0; k < 5; ++k) ASSERT_TRUE(g.Step().empty());
+  EXPECT_EQ(g.ActiveIds(), (std::vector<uint64_t>{1, 2}));
+  EXPECT_FALSE(g.Remove(3).has_value());
+  std::optional<GenerationResult> part = g.Remove(1);
+  ASSERT_TRUE(part.has_value());
+  EXPECT_EQ(part->id, 1u);
+  EXPECT_FALSE(part->hit_stop);
+  ASSERT_EQ(part->tokens.size(), 5u);
+  EXPECT_EQ(part->logprobs.size(), 5u);
+  EXPECT_EQ(g.ActiveIds(), (std::vector<uint64_t>{2}));
+  EXPECT_EQ(g.kv_arena().in_use(), 1);  // its slot went back
+  GenerationRequest rest = a;
+  rest.prompt.insert(rest.prompt.end(), part->tokens.begin(), part->tokens.end());
+  rest.max_new_tokens = 11;
+  g.Add(rest);
+  GenerationResult tail;
+  while (g.active() > 0)
+    for (auto& d : g.Step())
+      if (d.id == 1) tail = d;
+  std::vector<int32_t> joined = part->tokens;
+  joined.insert(joined.end(), tail.tokens.begin(), tail.tokens.end());
+  EXPECT_EQ(joined, want.tokens);
 }
 
 // The sampler's empirical distribution matches softmax(logits / T), truncation is respected, and

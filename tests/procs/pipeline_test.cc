@@ -5,10 +5,13 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -1127,6 +1130,78 @@ TEST_F(PipelineTest, ATenantTheRolloutCannotServeIsFailedWithTheReason) {
        at = log.find("tenant gone:", at + 1))
     ++mentions;
   EXPECT_EQ(mentions, 1u) << log;
+}
+
+// Sets `pid`'s address-space limit (soft; the hard one stays) to what it has mapped now: from
+// here on it runs on the memory it already holds.
+void LimitAddressSpaceToWhatItHas(pid_t pid) {
+  long vm_kb = 0;
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmSize:", 0) == 0) vm_kb = std::stol(line.substr(7));
+  ASSERT_GT(vm_kb, 0);
+  struct rlimit old {};
+  ASSERT_EQ(::prlimit(pid, RLIMIT_AS, nullptr, &old), 0) << std::strerror(errno);
+  const struct rlimit now { rlim_t(vm_kb) << 10, old.rlim_max };
+  ASSERT_EQ(::prlimit(pid, RLIMIT_AS, &now, nullptr), 0) << std::strerror(errno);
+}
+
+// A rollout short of memory (a real address-space limit on the running process) goes on: a
+// tenant whose one completion does not fit even alone is failed with the reason, and a tenant
+// whose groups of 32 do not fit at once has some sequences set aside and finishes with nothing
+// lost. The rollout is never restarted.
+TEST_F(PipelineTest, ARolloutShortOfMemorySetsSequencesAsideAndFailsOnlyWhatCannotFitAlone) {
+  StartService();
+  ASSERT_TRUE(service_->WaitUntilReady(120'000).ok());
+  const pid_t rollout = service_->StagePid("rollout");
+  ASSERT_GT(rollout, 0);
+  // Prompts of 450 tokens: one completion's prefill needs far more than the warm-up's.
+  const std::string data = state_dir_ + "/long.jsonl";
+  {
+    std::ofstream f(data);
+    for (int i = 0; i < 2; ++i)
+      f << nlohmann::json{{"id", std::to_string(i)},
+                          {"prompt", std::string(440, char('a' + i)) + " Q: 1+1=\nA:"},
+                          {"reference", "2"}}
+               .dump()
+        << "\n";
+  }
+  pb::JobSpec long_prompt = SmallJob("long", "custom", 2, 1);
+  long_prompt.mutable_dataset()->set_jsonl_path(data);
+  long_prompt.mutable_dataset()->set_eval_prompts(1);
+  long_prompt.mutable_verifier()->add_command("/bin/true");
+  long_prompt.set_group_size(2);
+  long_prompt.set_prompts_per_step(1);
+  LimitAddressSpaceToWhatItHas(rollout);
+  ASSERT_TRUE(service_->Admit(long_prompt).ok());
+  ASSERT_TRUE(RunUntil([&] { return service_->AllDone(); }, 120));
+  std::map<std::string, serve::TenantView> views;
+  for (const serve::TenantView& v : service_->Tenants()) views[v.record.id] = v;
+  EXPECT_EQ(views["long"].record.state, TenantState::kFailed);
+  const std::string reason = views["long"].record.reason;
+  EXPECT_EQ(reason.rfind("rollout: out of memory generating one completion alone", 0), 0u)
+      << reason;
+  const std::string why = ReadAll(TenantDir("long") + "/rollout.error");
+  EXPECT_NE(why.find("3 times in a row"), std::string::npos) << why;
+
+  pb::JobSpec wide = SmallJob("wide", "arithmetic", 3, 2);
+  wide.set_group_size(32);
+  wide.set_prompts_per_step(3);
+  LimitAddressSpaceToWhatItHas(rollout);
+  ASSERT_TRUE(service_->Admit(wide).ok());
+  ASSERT_TRUE(RunUntil([&] { return service_->AllDone() && Drained(); }, 240));
+  views.clear();
+  for (const serve::TenantView& v : service_->Tenants()) views[v.record.id] = v;
+  EXPECT_EQ(views["wide"].record.state, TenantState::kFinished) << views["wide"].record.reason;
+  EXPECT_EQ(views["wide"].trainer.steps, 3u);
+  EXPECT_EQ(Produced("wide"), Retired("wide"));
+  const std::string log = ReadAll(state_dir_ + "/logs/rollout.log");
+  // The wide tenant's passes ran short too (after the long one's failure, which put the limit
+  // back to its ceiling).
+  const size_t failed_long = log.find("tenant long: not served: out of memory");
+  ASSERT_NE(failed_long, std::string::npos) << log;
+  EXPECT_NE(log.find("set aside until memory allows", failed_long), std::string::npos) << log;
+  EXPECT_EQ(service_->StagePid("rollout"), rollout);  // never restarted
 }
 
 // A restarted service with fewer rows than unfinished tenants on disk resumes the ones that fit
