@@ -96,6 +96,17 @@ Status FromJsonError(const std::string& msg) {
     rest = rest.substr(rest.size() > 1 && rest[1] == ' ' ? 2 : 1);
   }
   if (rest == "Cannot find field.") rest = "unknown field";
+  // 'invalid value "x" for type TYPE_UINT32': in words.
+  const std::string invalid = "invalid value ", for_type = " for type TYPE_";
+  const size_t type_at = rest.rfind(for_type);
+  if (rest.rfind(invalid, 0) == 0 && type_at != std::string::npos) {
+    const std::string type = rest.substr(type_at + for_type.size());
+    const bool whole = type.find("INT") != std::string::npos;  // INT32, UINT64, SINT32, ...
+    const bool number = whole || type == "FLOAT" || type == "DOUBLE";
+    if (number)
+      rest = rest.substr(invalid.size(), type_at - invalid.size()) + " is not " +
+             (whole ? "a whole number" : "a number");
+  }
   if (path.empty())
     return Status(StatusCode::kInvalidArgument, "job spec is not valid JSON: " + rest);
   return FieldError(path, rest);

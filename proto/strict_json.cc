@@ -16,20 +16,45 @@ using google::protobuf::FieldDescriptor;
 struct Shape {
   const Descriptor* message = nullptr;
   bool map = false;
-  const Descriptor* value_message = nullptr;
+  const FieldDescriptor* map_value = nullptr;  // a map's: the field of its values
   bool boolean = false;   // a bool field: true or false (or null), not "yes" or 1
   bool repeated = false;  // a list field: an array (or null), not one value, which protobuf took
+  // A field (or map value) that takes one number, string or bool (named by `kind`): no object or
+  // list (protobuf's words for those were "Starting an object on a scalar field").
+  const char* scalar = nullptr;
 };
+
+// What a scalar field takes, in words.
+const char* ScalarKind(const FieldDescriptor* f) {
+  switch (f->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+    case FieldDescriptor::CPPTYPE_INT64:
+    case FieldDescriptor::CPPTYPE_UINT32:
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return "a whole number";
+    case FieldDescriptor::CPPTYPE_FLOAT:
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      return "a number";
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return "true or false";
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return "one of its names (a string)";
+    default:
+      return f->type() == FieldDescriptor::TYPE_BYTES ? "a base64 string" : "a string";
+  }
+}
 
 // The shape of the value of `field` (a repeated field's: of each element).
 Shape ShapeOf(const FieldDescriptor* field) {
   if (field == nullptr) return {};
   const bool list = field->is_repeated() && !field->is_map();
-  if (field->message_type() == nullptr)
-    return {nullptr, false, nullptr, field->cpp_type() == FieldDescriptor::CPPTYPE_BOOL, list};
-  if (!field->is_map()) return {field->message_type(), false, nullptr, false, list};
-  const FieldDescriptor* value = field->message_type()->map_value();
-  return {nullptr, true, value ? value->message_type() : nullptr, false, false};
+  if (field->message_type() == nullptr) {
+    return {nullptr, false,
+            nullptr, field->cpp_type() == FieldDescriptor::CPPTYPE_BOOL,
+            list,    ScalarKind(field)};
+  }
+  if (!field->is_map()) return {field->message_type(), false, nullptr, false, list, nullptr};
+  return {nullptr, true, field->message_type()->map_value(), false, false, nullptr};
 }
 
 const FieldDescriptor* FieldNamed(const Descriptor* m, const std::string& key) {
@@ -42,7 +67,9 @@ const FieldDescriptor* FieldNamed(const Descriptor* m, const std::string& key) {
 // Walks the parse, keeping where it is (to name a key) and the keys of each open object.
 class DuplicateKeyFinder : public nlohmann::json_sax<json> {
  public:
-  explicit DuplicateKeyFinder(const Descriptor* root) { next_.message = root; }
+  explicit DuplicateKeyFinder(const Descriptor* root) : typed_(root != nullptr) {
+    next_.message = root;
+  }
   std::string error;  // the first problem found
 
   bool null() override {
@@ -55,19 +82,34 @@ class DuplicateKeyFinder : public nlohmann::json_sax<json> {
   bool number_integer(number_integer_t) override { return Scalar(false); }
   bool number_unsigned(number_unsigned_t) override { return Scalar(false); }
   bool number_float(number_float_t, const string_t&) override { return Scalar(false); }
-  bool string(string_t&) override { return Scalar(false); }
+  bool string(string_t& s) override {
+    // A NUL cut the text short where it was used (a command, a path): refused, not truncated.
+    if (typed_ && s.find('\0') != std::string::npos) {
+      (void)Value();  // names the element, in a list
+      error = "gives key '" + Path() + "' a string with a NUL character (\\u0000) in it";
+      return false;
+    }
+    return Scalar(false);
+  }
   bool binary(binary_t&) override { return Scalar(false); }
   bool start_object(std::size_t) override {
     const Shape shape = Value();
     if (shape.repeated) return NotAList();
+    if (shape.scalar != nullptr) return WrongKind("an object");
+    if (open_.size() >= kMaxDepth) return TooDeep();
     open_.push_back(Frame{true, shape, {}, "", 0});
     return true;
   }
   bool key(string_t& k) override {
+    if (typed_ && k.find('\0') != std::string::npos) {
+      error = "names a key with a NUL character (\\u0000) in it";
+      return false;
+    }
     Frame& f = open_.back();
     f.key = k;
     const FieldDescriptor* field = f.shape.message ? FieldNamed(f.shape.message, k) : nullptr;
-    next_ = field ? ShapeOf(field) : Shape{f.shape.value_message, false, nullptr, false, false};
+    // A map's key: its value has the shape of the map's value field.
+    next_ = field ? ShapeOf(field) : f.shape.map ? ShapeOf(f.shape.map_value) : Shape{};
     const std::string name = field ? field->name() : k;  // one name per field
     const auto [at, added] = f.keys.emplace(name, k);
     if (!added) {
@@ -83,6 +125,9 @@ class DuplicateKeyFinder : public nlohmann::json_sax<json> {
   }
   bool start_array(std::size_t) override {
     Shape shape = Value();
+    if (!shape.repeated && (shape.scalar != nullptr || shape.message != nullptr || shape.map))
+      return WrongKind("a list");
+    if (open_.size() >= kMaxDepth) return TooDeep();
     shape.repeated = false;  // the list's elements are each one value
     open_.push_back(Frame{false, shape, {}, "", -1});
     return true;
@@ -115,6 +160,7 @@ class DuplicateKeyFinder : public nlohmann::json_sax<json> {
   bool Scalar(bool fits_bool) {
     const Shape shape = Value();
     if (shape.repeated && !is_null_) return NotAList();
+    if ((shape.message != nullptr || shape.map) && !is_null_) return WrongKind("one value");
     if (shape.boolean && !fits_bool) {
       error = "gives key '" + Path() + "' a value that is not true or false";
       return false;
@@ -145,9 +191,27 @@ class DuplicateKeyFinder : public nlohmann::json_sax<json> {
     error = "gives key '" + Path() + "' one value where it takes a list ([...])";
     return false;
   }
+  // `given` (an object, a list, one value) where the field takes another kind of value (called
+  // with the value's shape already taken by Value()).
+  bool WrongKind(const char* given) {
+    const Shape shape = open_.empty() || open_.back().object ? next_ : open_.back().shape;
+    const std::string takes = shape.scalar != nullptr ? shape.scalar : "an object ({...})";
+    const std::string path = Path();
+    error = path.empty() ? std::string("is ") + given + ", not " + takes
+                         : "gives key '" + path + "' " + given + " where it takes " + takes;
+    return false;
+  }
+  // Deeper than any job spec goes: refused here, where protobuf said "Message too deep".
+  static constexpr size_t kMaxDepth = 32;
+  bool TooDeep() {
+    error = "nests objects and lists more than " + std::to_string(kMaxDepth) + " deep, at key '" +
+            Path() + "'";
+    return false;
+  }
   std::vector<Frame> open_;
   bool is_null_ = false;
-  Shape next_;  // the shape of the value that follows the last key (or of the top value)
+  const bool typed_;  // read as a message: strings with a NUL are refused
+  Shape next_;        // the shape of the value that follows the last key (or of the top value)
 };
 
 }  // namespace

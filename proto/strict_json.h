@@ -20,7 +20,10 @@ namespace marlaas {
 // and unknown fields are compared as written; and a bool field given anything but true, false
 // or null (protobuf took "yes") is refused: "gives key 'a.b' a value that is not true or false";
 // and so is a list field given one value instead of a list (protobuf took it as a list of one):
-// "gives key 'a.b' one value where it takes a list ([...])".
+// "gives key 'a.b' one value where it takes a list ([...])". A value of another kind than its
+// field takes is named with what it takes ("gives key 'a.b' an object where it takes a whole
+// number"), and a string or key with a NUL character is refused. With or without `message`,
+// objects and lists nested more than 32 deep are refused.
 Status CheckStrictJson(const std::string& text,
                        const google::protobuf::Descriptor* message = nullptr);
 

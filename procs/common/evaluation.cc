@@ -8,6 +8,7 @@
 #include "model/generator.h"
 #include "model/lora_adapter.h"
 #include "model/tokenizer.h"
+#include "model/torch_error.h"
 #include "model/transformer.h"
 #include "procs/common/task_source.h"
 #include "sandbox/tool_syntax.h"
@@ -117,8 +118,14 @@ std::vector<Result<EvalResult>> EvaluateHeldOutAll(const std::string& model_dir,
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t i = next++; i < jobs.size(); i = next++) {
-      out[i] = EvaluateHeldOut(model_dir, jobs[i].spec, jobs[i].adapter_dir,
-                               int(jobs[i].spec.dataset().eval_prompts()));
+      // On a thread of its own an exception (memory running out) would end the process: it is
+      // this job's error instead.
+      try {
+        out[i] = EvaluateHeldOut(model_dir, jobs[i].spec, jobs[i].adapter_dir,
+                                 int(jobs[i].spec.dataset().eval_prompts()));
+      } catch (const std::exception& e) {
+        out[i] = Status(StatusCode::kInternal, "evaluation failed: " + model::TorchErrorLine(e));
+      }
     }
   };
   std::vector<std::thread> threads;

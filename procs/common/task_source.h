@@ -18,8 +18,10 @@
 namespace marlaas::pipeline {
 
 // The examples of a JSONL dataset file, blank lines skipped. A file that is missing, not a
-// regular file (a folder, a pipe, a device), holds a line that is not an example (named as
-// path:line), or holds none, is refused by name. What `submit` and `tasks --check` both read.
+// regular file (a folder, a pipe, a device), larger than kMaxDatasetBytes (every stage holds it
+// in memory), holds a line that is not an example or names a key twice (named as path:line), or
+// holds none, is refused by name. What `submit` and `tasks --check` both read.
+constexpr size_t kMaxDatasetBytes = size_t(64) << 20;
 Result<std::vector<tasks::TaskExample>> ReadDataset(const std::string& path);
 
 class TaskSource {

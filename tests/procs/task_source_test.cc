@@ -113,5 +113,32 @@ TEST(TaskSourceTest, TheHeldOutRowsAreNeverTrainedOnAndMustLeaveSomeToTrain) {
     for (uint64_t t = 0; t < 6; ++t) EXPECT_NE((*source)->Eval(e).id, (*source)->Train(t).id);
 }
 
+// A dataset line that names a key twice is refused with where it is (the last "reference" was
+// taken without a word); so is a dataset past kMaxDatasetBytes, before it is read.
+TEST(TaskSourceTest, ADatasetWithAKeyTwiceOrTooLargeIsRefusedByName) {
+  const testing::ScopedTempDir dir("task-source");
+  const std::string data = dir.path() + "/twice.jsonl";
+  std::ofstream(data) << R"({"id": "a", "prompt": "p", "reference": "r"})"
+                      << "\n"
+                      << R"({"id": "b", "prompt": "p", "reference": "r", "reference": "s"})"
+                      << "\n";
+  auto twice = ReadDataset(data);
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.status().message(), data + ":2: JSONL line names key 'reference' twice");
+  const std::string big = dir.path() + "/big.jsonl";
+  {
+    std::ofstream f(big);
+    const std::string line =
+        R"({"id": "x", "prompt": ")" + std::string(1 << 20, 'p') + R"(", "reference": "r"})" + "\n";
+    for (size_t k = 0; k <= kMaxDatasetBytes >> 20; ++k) f << line;
+  }
+  auto large = ReadDataset(big);
+  ASSERT_FALSE(large.ok());
+  EXPECT_EQ(large.status().message(),
+            "dataset " + big +
+                " is 65 MiB; a tenant's dataset may be at most 64 MiB (every stage "
+                "holds it in memory): split it among tenants or trim it");
+}
+
 }  // namespace
 }  // namespace marlaas::pipeline

@@ -180,6 +180,51 @@ TEST(JobSpecTest, TrailingCommasCommentsAndDuplicateKeysAreRefused) {
       << CheckStrictJson(R"({"a": 1} x)").message();
 }
 
+// A value of the wrong kind is named with what the field takes, where protobuf said "Starting an
+// object on a scalar field", "Proto field is not repeating, cannot start list", "Proto fields
+// must have a name" or "invalid value ... for type TYPE_UINT32"; a NUL in a string (which cut a
+// command or a path short) and nesting deeper than any job spec are refused.
+TEST(JobSpecTest, ValuesOfTheWrongKindAreNamedWithWhatTheFieldTakes) {
+  const std::string head = R"({"tenant": "a", "task": "arithmetic", )";
+  EXPECT_EQ(ErrorOf(head + R"("group_size": {"a": 1}})"),
+            "job spec gives key 'group_size' an object where it takes a whole number");
+  EXPECT_EQ(ErrorOf(head + R"("group_size": [8]})"),
+            "job spec gives key 'group_size' a list where it takes a whole number");
+  EXPECT_EQ(ErrorOf(head + R"("group_size": "x"})"),
+            "job spec field 'group_size': \"x\" is not a "
+            "whole number");
+  EXPECT_EQ(ErrorOf(head + R"("sampling": {"temperature": "warm"}})"),
+            "job spec field 'sampling.temperature': \"warm\" is not a number");
+  EXPECT_EQ(ErrorOf(head + R"("sampling": [1]})"),
+            "job spec gives key 'sampling' a list where it takes an object ({...})");
+  EXPECT_EQ(ErrorOf(head + R"("sampling": 5})"),
+            "job spec gives key 'sampling' one value where it takes an object ({...})");
+  EXPECT_EQ(ErrorOf(head + R"("lora": {"targets": [["q_proj"]]}})"),
+            "job spec gives key 'lora.targets[0]' a list where it takes a string");
+  EXPECT_EQ(ErrorOf(head + R"("grpo": {"normalize_std": {}}})"),
+            "job spec gives key 'grpo.normalize_std' an object where it takes true or false");
+  const std::string custom =
+      R"({"tenant": "a", "task": "custom", "dataset": {"jsonl_path": "/d.jsonl"}, "verifier": )";
+  EXPECT_EQ(ErrorOf(custom + R"({"command": ["/bin/true"], "files": {"a.py": {"b": 1}}}})"),
+            "job spec gives key 'verifier.files.a.py' an object where it takes a base64 string");
+  EXPECT_EQ(ErrorOf(custom + R"({"command": ["/bin/true"], "files": ["a.py"]}})"),
+            "job spec gives key 'verifier.files' a list where it takes an object ({...})");
+  EXPECT_EQ(ErrorOf(custom + R"({"command": ["/bin/tr\u0000ue"]}})"),
+            "job spec gives key 'verifier.command[0]' a string with a NUL character (\\u0000) in "
+            "it");
+  EXPECT_EQ(ErrorOf(head + R"("tena\u0000nt": "b"})"),
+            "job spec names a key with a NUL character (\\u0000) in it");
+  EXPECT_EQ(ErrorOf("[1]"), "job spec is a list, not an object ({...})");
+  EXPECT_EQ(ErrorOf("7"), "job spec is one value, not an object ({...})");
+  std::string deep = head + R"("extra": )";
+  for (int i = 0; i < 100000; ++i) deep += "[";
+  EXPECT_EQ(ErrorOf(deep),
+            "job spec nests objects and lists more than 32 deep, at key 'extra[0][0][0][0][0][0][0]"
+            "[0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0]'");
+  // Null still means unset, for a message as for a list.
+  EXPECT_TRUE(ParseJobSpecJson(head + R"("sampling": null})").ok());
+}
+
 // A custom job file for tenant u1 with this "verifier" object.
 void WriteCustomJob(const std::string& path, const std::string& verifier) {
   std::ofstream(path) << R"({"tenant": "u1", "task": "custom",
