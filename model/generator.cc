@@ -37,10 +37,16 @@ void Generator::Add(GenerationRequest request) {
 }
 
 std::vector<GenerationResult> Generator::Step() {
+  // What the caches hold now: a step that throws after some rows' keys were committed (or a
+  // joining row copied its leader's) goes back to it.
+  std::vector<int64_t> lengths;
+  lengths.reserve(seqs_.size());
+  for (const auto& s : seqs_) lengths.push_back(s->cache ? s->cache->length() : 0);
   try {
     return StepOrThrow();
   } catch (...) {
-    DropKeyValues();
+    for (size_t b = 0; b < seqs_.size(); ++b)
+      if (seqs_[b]->cache) seqs_[b]->cache->Rewind(lengths[b]);
     throw;
   }
 }
@@ -49,11 +55,8 @@ std::vector<GenerationResult> Generator::StepOrThrow() {
   std::vector<GenerationResult> done;
   if (seqs_.empty()) return done;
   torch::NoGradGuard no_grad;
-  for (auto& s : seqs_) {
-    if (s->cache) continue;
-    s->cache.emplace(arena_);  // may grow the arena
-    s->prefilled = false;
-  }
+  for (auto& s : seqs_)
+    if (!s->cache) s->cache.emplace(arena_);  // may grow the arena
   // A joining sequence with the same prompt and adapter as an earlier joining one (a GRPO group's
   // completions) is not computed: after the pass it copies that one's cache and logits, which
   // are exactly what it would have computed. row_of: its row in the packed forward (its
@@ -68,22 +71,17 @@ std::vector<GenerationResult> Generator::StepOrThrow() {
   std::vector<bool> slot_seen(pool_ ? size_t(pool_->slots()) : 0);  // distinct adapters
   for (size_t b = 0; b < seqs_.size(); ++b) {
     Sequence* s = seqs_[b].get();
-    // A joining sequence computes its prompt; one computed again after a failed Step (see
-    // DropKeyValues) also the tokens it has generated, and samples its next token from the last.
-    std::vector<int32_t> in;
-    if (s->prefilled) {
-      in.push_back(s->result.tokens.back());
-    } else {
-      in = s->req.prompt;
-      in.insert(in.end(), s->result.tokens.begin(), s->result.tokens.end());
+    if (!s->prefilled) {
       const int64_t adapter =
           pool_ ? int64_t(s->pool_slot) : int64_t(reinterpret_cast<intptr_t>(s->req.adapter.get()));
-      auto [it, fresh] = joining.emplace(std::make_pair(adapter, in), b);
+      auto [it, fresh] = joining.emplace(std::make_pair(adapter, s->req.prompt), b);
       if (!fresh) {
         leader[b] = int64_t(it->second);
         continue;
       }
     }
+    const std::vector<int32_t>& in =
+        s->prefilled ? std::vector<int32_t>{s->result.tokens.back()} : s->req.prompt;
     last_step_.tokens += in.size();
     row_of[b] = int64_t(inputs.size());
     inputs.push_back(torch::tensor(std::vector<int64_t>(in.begin(), in.end()), torch::kInt64));
@@ -139,6 +137,8 @@ std::vector<GenerationResult> Generator::StepOrThrow() {
     for (size_t b = 0; b < seqs_.size(); ++b) seqs_[b]->rng = streams[b];
     throw;
   }
+  std::vector<const LoraAdapter*> released;  // pool slots of the sequences that finish
+  released.reserve(seqs_.size());
   for (size_t b = 0; b < seqs_.size(); ++b) {
     Sequence& s = *seqs_[b];
     s.prefilled = true;
@@ -150,12 +150,20 @@ std::vector<GenerationResult> Generator::StepOrThrow() {
     if (stop || int32_t(s.result.tokens.size()) >= s.req.max_new_tokens) {
       s.result.hit_stop = stop;
       done.push_back(std::move(s.result));
-      if (pool_ && s.req.adapter) pool_->Release(s.req.adapter.get());
+      if (pool_ && s.req.adapter) released.push_back(s.req.adapter.get());
     } else {
       still.push_back(std::move(seqs_[b]));
     }
   }
   seqs_ = std::move(still);
+  // The step stands from here on: nothing after this may throw out of Step.
+  for (const LoraAdapter* a : released) {
+    try {
+      pool_->Release(a);
+    } catch (...) {
+      // No memory to note the slot free: it stays taken (a pool slot, not the step, is lost).
+    }
+  }
   TrimArena();
   return done;
 }
@@ -177,22 +185,16 @@ std::vector<uint64_t> Generator::ActiveIds() const {
   return ids;
 }
 
-void Generator::DropKeyValues() noexcept {
-  for (auto& s : seqs_) {
-    s->cache.reset();
-    s->prefilled = false;
-  }
+void Generator::ReleaseIdleMemory() {
+  if (!seqs_.empty()) return;
+  if (arena_->slots() <= KvArena::kInitialSlots && arena_->capacity() <= KvArena::kInitialCapacity)
+    return;
+  arena_.reset();  // first: the old arena's memory is free before the new one takes any
   try {
     arena_ = std::make_shared<KvArena>(model_.config(), model_.device());
   } catch (...) {
-    // No memory even for a small arena: the old one stays, every slot free.
+    arena_ = std::make_shared<KvArena>(model_.config(), model_.device(), 1, 1);
   }
-}
-
-void Generator::ReleaseIdleMemory() {
-  if (!seqs_.empty()) return;
-  if (arena_->slots() > KvArena::kInitialSlots || arena_->capacity() > KvArena::kInitialCapacity)
-    DropKeyValues();
 }
 
 void Generator::TrimArena() {
@@ -203,9 +205,7 @@ void Generator::TrimArena() {
   try {
     arena_->Trim(std::max(KvArena::kInitialCapacity, 2 * longest));
   } catch (...) {
-    // The smaller copy found no memory, and the arena may be half resized: the caches go, and
-    // the next Step computes the sequences again (the step that trimmed has been kept).
-    DropKeyValues();
+    // The smaller copy found no memory: the arena is as it was (KvArena), and the step stands.
   }
 }
 

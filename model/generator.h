@@ -8,10 +8,10 @@
 // the decoding rows attend together. One thread drives a Generator.
 //
 // Memory running out is survivable: a Step that throws (out of memory or anything else) has
-// advanced no sequence and sampled nothing, and has let every key/value cache go (a fresh,
-// small arena), so the next Step computes each sequence again from its prompt and the tokens it
-// has generated, and samples exactly what it would have. A caller short of memory can also take
-// sequences out (Remove) and add them back later with their tokens so far as the prompt.
+// advanced no sequence, sampled nothing and left every key/value cache as it was (KvArena stays
+// whole when its growth fails), so the next Step does that step again and samples what it would
+// have. A caller short of memory can take sequences out (Remove), which gives their slots back,
+// and add them again later with their tokens so far after the prompt.
 #pragma once
 
 #include <cstdint>
@@ -80,16 +80,13 @@ class Generator {
  private:
   struct Sequence {
     GenerationRequest req;
-    std::optional<KvCache> cache;  // none until its first Step, and after a failed one
+    std::optional<KvCache> cache;  // taken at its first Step (taking one may grow the arena)
     SamplerRng rng;
     GenerationResult result;
     bool prefilled = false;  // its cache holds the prompt and every token but the last sampled
     int pool_slot = -1;
   };
   std::vector<GenerationResult> StepOrThrow();
-  // After a failed Step: every cache goes (so does the arena's memory); each sequence is computed
-  // again from its prompt and generated tokens at the next Step.
-  void DropKeyValues() noexcept;
   // After a step: once the longest live sequence needs a quarter of the arena's positions or
   // less (a long one has left), the arena keeps twice that many.
   void TrimArena();

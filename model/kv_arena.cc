@@ -20,13 +20,26 @@ KvArena::KvArena(const ModelConfig& c, torch::Device device, int64_t slots, int6
 }
 
 void KvArena::Resize(int64_t slots, int64_t capacity) {
-  for (size_t l = 0; l < k_.size(); ++l) {
-    for (torch::Tensor* t : {&k_[l], &v_[l]}) {
-      auto resized = torch::zeros({slots, t->size(1), capacity, t->size(3)}, t->options());
-      const int64_t keep = std::min(capacity, capacity_);
-      resized.narrow(0, 0, slots_).narrow(2, 0, keep).copy_(t->narrow(2, 0, keep));
-      *t = resized;
+  const int64_t keep = std::min(capacity, capacity_);
+  try {
+    for (size_t l = 0; l < k_.size(); ++l) {
+      for (torch::Tensor* t : {&k_[l], &v_[l]}) {
+        auto resized = torch::zeros({slots, t->size(1), capacity, t->size(3)}, t->options());
+        resized.narrow(0, 0, slots_).narrow(2, 0, keep).copy_(t->narrow(2, 0, keep));
+        *t = resized;
+      }
     }
+  } catch (...) {
+    // Out of memory part way (a layer's new tensor): the layers resized so far and those not
+    // are each narrowed, without a copy, to what both sizes hold, so every layer has the same
+    // shape again and every cache its contents (a Trim keeps only positions no cache uses). The
+    // arena stays usable; the caller sees the exception.
+    const int64_t common_slots = std::min(slots, slots_);
+    for (size_t l = 0; l < k_.size(); ++l)
+      for (torch::Tensor* t : {&k_[l], &v_[l]})
+        *t = t->narrow(0, 0, common_slots).narrow(2, 0, keep);
+    capacity_ = keep;
+    throw;
   }
   for (int64_t s = slots - 1; s >= slots_; --s) free_.push_back(s);
   slots_ = slots;

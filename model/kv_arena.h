@@ -5,7 +5,9 @@
 // slot (Acquire/Release, through KvCache); running out of slots or positions reallocates and
 // copies, at least doubling, so growth is amortised. Every slot has the same capacity, so one
 // long sequence makes every slot long: Trim gives that memory back once it has left. Lives on
-// `device`; one thread uses it.
+// `device`; one thread uses it. Memory running out while it grows or shrinks (Acquire, Reserve,
+// Trim throw) leaves it as it was, every cache's contents kept (after a failed Trim, possibly
+// at the smaller capacity).
 #pragma once
 
 #include <cstdint>

@@ -4,6 +4,7 @@
 // decode rows Transformer::Step then batches. Move-only: the slot is released on destruction.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 
 #include "model/config.h"
@@ -34,6 +35,8 @@ class KvCache {
   torch::Tensor Keys(int layer, int64_t pending) const;
   torch::Tensor Values(int layer, int64_t pending) const;
   void Clear() { length_ = 0; }
+  // Back to its first `length` positions (at most its length): what a failed step committed goes.
+  void Rewind(int64_t length) { length_ = std::min(length_, std::max<int64_t>(length, 0)); }
   // Becomes a copy of `other` (same arena): its length and every layer's keys and values. For a
   // sequence whose prompt another one just computed.
   void CopyFrom(const KvCache& other);

@@ -125,6 +125,8 @@ std::vector<Result<EvalResult>> EvaluateHeldOutAll(const std::string& model_dir,
                                  int(jobs[i].spec.dataset().eval_prompts()));
       } catch (const std::exception& e) {
         out[i] = Status(StatusCode::kInternal, "evaluation failed: " + model::TorchErrorLine(e));
+      } catch (...) {
+        out[i] = Status(StatusCode::kInternal, "evaluation failed: an unknown exception");
       }
     }
   };

@@ -13,9 +13,9 @@ size_t ActiveLimit::OutOfMemory(size_t active) {
     return 0;
   }
   failures_alone_ = 0;
-  const size_t out = active / 2;
-  limit_ = active - out;
-  return out;
+  // Half stay, and never more than the limit (tool results come back past it).
+  limit_ = std::max<size_t>(1, std::min(limit_, active - active / 2));
+  return active - limit_;
 }
 
 void ActiveLimit::GoodPass() {

@@ -3,12 +3,13 @@
 //
 // Contract: after a pass with `active` sequences fails for memory, OutOfMemory(active) says how
 // many of them to take out (the newest; the caller sets them aside and adds them back, oldest
-// first, while the generator holds fewer than limit()). Half go each time, so a batch of 96 is
-// down to one sequence after 7 failures. With one sequence left nothing can go: it is tried
-// again, and after kAloneTries failures in a row GiveUpAlone() is true (that completion does not
-// fit in memory by itself: its tenant cannot be served; Reset() then). Every kGrowAfter good passes
-// in a row raise the limit by a quarter (at least one), up to the ceiling: memory that ran short
-// for a moment (another process) is used again. One thread uses it.
+// first, while the generator holds fewer than limit()). Half go each time (more when the batch
+// was past the limit), so a batch of 96 is down to one sequence after 7 failures. With one sequence
+// left nothing can go: it is tried again, and after kAloneTries failures in a row GiveUpAlone() is
+// true (that completion does not fit in memory by itself: its tenant cannot be served; Reset()
+// then). Every kGrowAfter good passes in a row raise the limit by a quarter (at least one), up to
+// the ceiling: memory that ran short for a moment (another process) is used again. One thread uses
+// it.
 #pragma once
 
 #include <cstddef>

@@ -157,13 +157,20 @@ class Rollout {
   void StartGroup(RolloutTenant* t);
   // Stops serving `t` for good and reports why (RolloutTenant::unservable).
   void MarkUnservable(RolloutTenant* t, const std::string& why);
-  void AddToGenerator(Sequence* s);
+  // Into the generator; false (and set aside) when memory ran out placing it (its adapter in a
+  // device's LoraPool).
+  bool AddToGenerator(Sequence* s);
+  // Into the generator while it holds fewer than the limit, else set aside.
+  void Enqueue(Sequence* s);
   // What the generator produced for `s` (all of it, or up to where it was taken out).
   void AppendGenerated(Sequence* s, const model::GenerationResult& r);
   void OnFinished(model::GenerationResult& r);
   // A generation pass ran out of memory (`what`): the newest sequences are set aside (ActiveLimit),
   // or, with one left that failed alone too often, its tenant is not served.
   void OnOutOfMemory(const std::string& what);
+  // `s` ran out of memory with nothing else in the generator (ActiveLimit counted it): tried
+  // again after a pause, or, the kAloneTries-th time, its tenant is not served.
+  void OutOfMemoryAlone(Sequence* s, const std::string& what);
   // Sequences set aside go back into the generator, oldest first, as the limit allows.
   void ResumeSetAside();
   // Everything of `t` still here goes: its sequences (generating, set aside, waiting on a tool)
@@ -478,18 +485,22 @@ void Rollout::StartGroup(RolloutTenant* t) {
     Sequence* raw = s.get();
     seqs_[s->id] = std::move(s);
     // Past the limit (memory ran short: ActiveLimit) the rest waits, set aside from the start.
-    if (gen_.active() < active_limit_.limit()) {
-      AddToGenerator(raw);
-    } else {
-      set_aside_.insert(raw->id);
-    }
+    Enqueue(raw);
   }
   ++t->open_groups;
   t->start_order.push_back(group_id);
   groups_[group_id] = std::move(g);
 }
 
-void Rollout::AddToGenerator(Sequence* s) {
+void Rollout::Enqueue(Sequence* s) {
+  if (gen_.active() < active_limit_.limit()) {
+    AddToGenerator(s);
+  } else {
+    set_aside_.insert(s->id);
+  }
+}
+
+bool Rollout::AddToGenerator(Sequence* s) {
   const RolloutTenant* t = s->group->tenant;
   model::GenerationRequest r;
   r.id = s->id;
@@ -503,7 +514,16 @@ void Rollout::AddToGenerator(Sequence* s) {
   if (s->set_asides > 0) r.seed = Mix(r.seed, 0x5e7a5de000000000ULL + uint64_t(s->set_asides));
   r.max_new_tokens = std::max(1, int32_t(t->spec.sampling().max_new_tokens()) - s->generated);
   r.stop_tokens = stops_;
-  gen_.Add(std::move(r));
+  try {
+    gen_.Add(std::move(r));
+  } catch (const std::exception& e) {
+    if (!model::IsOutOfMemory(e)) throw;
+    StageLog(kRole, "tenant %s: no memory to place its adapter for a completion now: %s",
+             t->id.c_str(), model::TorchErrorLine(e).c_str());
+    set_aside_.insert(s->id);
+    return false;
+  }
+  return true;
 }
 
 void Rollout::AppendGenerated(Sequence* s, const model::GenerationResult& r) {
@@ -515,27 +535,24 @@ void Rollout::AppendGenerated(Sequence* s, const model::GenerationResult& r) {
 }
 
 void Rollout::OnOutOfMemory(const std::string& what) {
+  // First the sequences of tenants that are done (finished, stopped, failed or replaced): the
+  // trainer would drop their groups.
+  std::set<RolloutTenant*> done;
+  for (const auto& [id, seq] : seqs_)
+    if (seq->group->tenant->finished) done.insert(seq->group->tenant);
+  if (!done.empty()) {
+    for (RolloutTenant* t : done) DropTenantWork(t);
+    StageLog(kRole,
+             "out of memory in a pass (%s): dropped the sequences of %zu tenant(s) that are done",
+             what.c_str(), done.size());
+    return;
+  }
   const size_t active = gen_.active();
   const size_t out = active_limit_.OutOfMemory(active);
   std::vector<uint64_t> ids = gen_.ActiveIds();
   if (out == 0) {
-    if (ids.empty()) return;
-    auto it = seqs_.find(ids.front());
-    if (!active_limit_.GiveUpAlone() || it == seqs_.end()) {
-      StageLog(kRole, "out of memory in a pass of one sequence (%s): trying it again",
-               what.c_str());
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // memory may come back
-      return;
-    }
-    Sequence* s = it->second.get();
-    RolloutTenant* t = s->group->tenant;
-    MarkUnservable(t, "out of memory generating one completion alone, " +
-                          std::to_string(ActiveLimit::kAloneTries) + " times in a row (" +
-                          std::to_string(s->tokens.size()) +
-                          " tokens so far, sampling.max_new_tokens " +
-                          std::to_string(t->spec.sampling().max_new_tokens()) + "): " + what);
-    DropTenantWork(t);
-    active_limit_.Reset();
+    auto it = ids.empty() ? seqs_.end() : seqs_.find(ids.front());
+    if (it != seqs_.end()) OutOfMemoryAlone(it->second.get(), what);
     return;
   }
   // The newest go (the highest ids: the groups started last), so the oldest groups finish first.
@@ -554,12 +571,38 @@ void Rollout::OnOutOfMemory(const std::string& what) {
            active, what.c_str(), out, active_limit_.limit());
 }
 
+void Rollout::OutOfMemoryAlone(Sequence* s, const std::string& what) {
+  RolloutTenant* t = s->group->tenant;
+  if (!active_limit_.GiveUpAlone()) {
+    StageLog(kRole, "out of memory with one sequence (tenant %s: %s): trying it again",
+             t->id.c_str(), what.c_str());
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // memory may come back
+    return;
+  }
+  if (!t->finished) {
+    MarkUnservable(t, "out of memory generating one completion alone, " +
+                          std::to_string(ActiveLimit::kAloneTries) + " times in a row (" +
+                          std::to_string(s->tokens.size()) +
+                          " tokens so far, sampling.max_new_tokens " +
+                          std::to_string(t->spec.sampling().max_new_tokens()) + "): " + what);
+  }
+  DropTenantWork(t);  // `s` goes with it
+  active_limit_.Reset();
+}
+
 void Rollout::ResumeSetAside() {
   while (!set_aside_.empty() && gen_.active() < active_limit_.limit()) {
     const uint64_t id = *set_aside_.begin();
     set_aside_.erase(set_aside_.begin());
     auto it = seqs_.find(id);
-    if (it != seqs_.end()) AddToGenerator(it->second.get());
+    if (it == seqs_.end() || AddToGenerator(it->second.get())) continue;
+    // No memory to place it (set aside again). With nothing else generating, nothing would free
+    // any: counted as a failure alone.
+    if (gen_.active() == 0) {
+      (void)active_limit_.OutOfMemory(1);
+      OutOfMemoryAlone(it->second.get(), "placing its adapter");
+    }
+    return;
   }
 }
 
@@ -704,7 +747,7 @@ void Rollout::DrainToolResults() {
     s->logprobs.insert(s->logprobs.end(), result.size(), 0.0f);
     s->mask.insert(s->mask.end(), result.size(), 0);
     ++s->tool_turns;
-    AddToGenerator(s);
+    Enqueue(s);
   }
 }
 

@@ -156,6 +156,63 @@ TEST(KvArenaTest, PositionsNoRowWroteAreZeroAlsoAfterGrowth) {
 }
 
 // Property: moving a KvCache moves its slot (one release, by the last owner).
+// Growth that runs out of memory part way through the layers (a real address-space limit, in a
+// child: room for about one new layer) throws and leaves the arena whole: every layer of its old
+// shape, every cache's keys and values as they were, and the arena usable after.
+TEST(KvArenaTest, GrowthThatRunsOutOfMemoryPartWayLeavesTheArenaWhole) {
+  const pid_t child = testing::ForkChild([]() -> int {
+    ModelConfig c;
+    c.num_layers = 6;
+    c.num_kv_heads = 2;
+    c.head_dim = 64;
+    auto arena = std::make_shared<KvArena>(c, torch::kCPU, 4, 256);
+    KvCache a(arena), b(arena);
+    torch::manual_seed(3);
+    std::vector<torch::Tensor> ka, vb;
+    for (int l = 0; l < c.num_layers; ++l) {
+      ka.push_back(torch::randn({2, 100, 64}));
+      vb.push_back(torch::randn({2, 200, 64}));
+      a.Append(l, ka.back(), ka.back());
+      b.Append(l, vb.back(), vb.back());
+    }
+    a.Commit(100);
+    b.Commit(200);
+    // A new layer at 4096 positions is 4 slots x 2 heads x 4096 x 64 floats = 8 MiB: room for
+    // about one and a half.
+    long vm_kb = 0;
+    std::ifstream status("/proc/self/status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("VmSize:", 0) == 0) vm_kb = std::stol(line.substr(7));
+    struct rlimit r {};
+    ::getrlimit(RLIMIT_AS, &r);
+    const rlim_t hard = r.rlim_max;
+    r.rlim_cur = rlim_t(vm_kb + 12 * 1024) << 10;
+    if (vm_kb == 0 || ::setrlimit(RLIMIT_AS, &r) != 0) return 2;
+    bool threw = false;
+    try {
+      arena->Reserve(4096);
+    } catch (const std::exception& e) {
+      threw = IsOutOfMemory(e);
+    }
+    r.rlim_cur = hard;
+    ::setrlimit(RLIMIT_AS, &r);
+    if (!threw) return 3;
+    if (arena->capacity() != 256 || arena->slots() != 4) return 4;
+    for (int l = 0; l < c.num_layers; ++l) {
+      if (arena->keys(l).sizes() != torch::IntArrayRef({4, 2, 256, 64})) return 5;
+      if (!torch::equal(a.Keys(l, 0), ka[size_t(l)]) ||
+          !torch::equal(b.Values(l, 0), vb[size_t(l)]))
+        return 6;
+    }
+    arena->Reserve(1024);  // with memory back, it grows, and the contents come along
+    for (int l = 0; l < c.num_layers; ++l)
+      if (!torch::equal(b.Keys(l, 0), vb[size_t(l)]) || arena->values(l).size(2) != 1024) return 7;
+    return 0;
+  });
+  const testing::ChildExit e = testing::WaitChildFor(child, 60);
+  EXPECT_TRUE(e.exited && e.code == 0) << "exit " << e.code << " signal " << e.signal;
+}
+
 TEST(KvArenaTest, MovedCachesReleaseTheirSlotOnce) {
   auto w = *BaseWeights::Load(kData + "/llama");
   auto arena = std::make_shared<KvArena>(w->config, torch::kCPU, 2, 2);
@@ -376,9 +433,9 @@ TEST(GenerationTest, StopTokensEndASequenceAndAreReported) {
 }
 
 // A Step that runs out of memory (a real address-space limit, in a child) throws, has advanced no
-// sequence and has given the key/value memory back; once memory is there again, every sequence
-// (those decoding when it failed and those that were joining) samples exactly the tokens and
-// log-probs of a run that never failed.
+// sequence and left the caches as they were; once memory is there again, every sequence (those
+// decoding when it failed and those that were joining) samples exactly the tokens and log-probs
+// of a run that never failed.
 TEST(GenerationTest, AStepThatRunsOutOfMemoryChangesNothingTheSequencesSample) {
   const pid_t child = testing::ForkChild([]() -> int {
     SetComputeThreads(1);  // OpenBLAS's own threads spin on a failed allocation
@@ -435,8 +492,10 @@ TEST(GenerationTest, AStepThatRunsOutOfMemoryChangesNothingTheSequencesSample) {
         }
         r.rlim_cur = hard;
         ::setrlimit(RLIMIT_AS, &r);
-        // The failed step let the arena go.
-        if (*failed == 1 && g.kv_arena().slots() != KvArena::kInitialSlots) *failed = -3;
+        // The arena is whole: every layer of the shape it says.
+        const KvArena& a = g.kv_arena();
+        for (int l = 0; l < a.layers(); ++l)
+          if (a.keys(l).size(0) != a.slots() || a.values(l).size(2) != a.capacity()) *failed = -3;
       }
       while (g.active() > 0)
         for (auto& d : g.Step()) got[d.id] = d;

@@ -16,9 +16,11 @@ TEST(ActiveLimitTest, FailuresHalveTheBatchDownToOneThenGiveUpOnIt) {
   EXPECT_EQ(limit.OutOfMemory(48), 24u);
   EXPECT_EQ(limit.OutOfMemory(3), 1u);  // 2 stay
   EXPECT_EQ(limit.limit(), 2u);
+  EXPECT_EQ(limit.OutOfMemory(6), 4u);  // past the limit of 2 (tool results came back): 2 stay
+  EXPECT_EQ(limit.limit(), 2u);
   EXPECT_EQ(limit.OutOfMemory(2), 1u);
   EXPECT_EQ(limit.limit(), 1u);
-  EXPECT_EQ(limit.failures_in_a_row(), 4);
+  EXPECT_EQ(limit.failures_in_a_row(), 5);
   for (int k = 1; k < ActiveLimit::kAloneTries; ++k) {
     EXPECT_EQ(limit.OutOfMemory(1), 0u);
     EXPECT_FALSE(limit.GiveUpAlone()) << k;

@@ -430,6 +430,52 @@ TEST_F(PipelineTest, BrokenTenantVerifiersDoNotHarmOthers) {
   for (const serve::StageView& s : service_->Stages()) EXPECT_EQ(s.restarts, 0) << s.role;
 }
 
+// The verifier's queued jobs of a tenant that stopped are not run: with a verifier that takes a
+// second per completion and a backlog of groups behind the one running, the backlog is handed on
+// at once (cancelled, not counted as verifier errors) once the tenant stops, and at most the one
+// that was running then is scored.
+TEST_F(PipelineTest, AStoppedTenantsQueuedVerificationsAreNotRun) {
+  StartService();
+  const std::string data = WriteAdditionDataset(state_dir_ + "/custom.jsonl");
+  pb::JobSpec slow = SmallJob("slow", "custom", 50, 5);
+  slow.mutable_dataset()->set_jsonl_path(data);
+  slow.mutable_dataset()->set_eval_prompts(2);
+  slow.mutable_verifier()->add_command("/bin/sh");
+  slow.mutable_verifier()->add_command("-c");
+  slow.mutable_verifier()->add_command(R"(sleep 1; echo '{"reward": 1}')");
+  slow.mutable_sandbox()->set_timeout_ms(5000);
+  slow.set_group_size(2);
+  ASSERT_TRUE(service_->Admit(slow).ok());
+  auto view = [&] {
+    for (const serve::TenantView& t : service_->Tenants())
+      if (std::string(t.record.id) == "slow") return t;
+    return serve::TenantView{};
+  };
+  // A backlog: groups committed by the rollout and not yet scored by the verifier.
+  ASSERT_TRUE(RunUntil(
+      [&] {
+        const serve::TenantView t = view();
+        return t.verifier.groups >= 1 && t.rollout.groups >= t.verifier.groups + 3;
+      },
+      120))
+      << "rollout " << view().rollout.groups << " verifier " << view().verifier.groups << " errors "
+      << view().verifier.verifier_errors << " trainer " << view().trainer.groups << " "
+      << view().record.reason;
+  const uint64_t scored = view().verifier.groups;
+  ASSERT_TRUE(service_->StopTenant("slow").ok());
+  auto verifier_items = [&] {
+    for (const serve::StageView& s : service_->Stages())
+      if (s.role == "verifier") return s.engine.items;
+    return uint64_t(0);
+  };
+  // Every group record the rollout committed is handed on, the backlog without being run.
+  ASSERT_TRUE(RunUntil([&] { return verifier_items() >= view().rollout.groups; }, 60));
+  const serve::TenantView t = view();
+  EXPECT_LE(t.verifier.groups, scored + 1) << "queued jobs of the stopped tenant ran";
+  EXPECT_EQ(t.verifier.verifier_errors, 0u);
+  EXPECT_GE(t.rollout.groups, scored + 3);
+}
+
 // `marlaas serve --job ...` exits 1 and names the tenants that failed, though the others
 // finished (it said 0: a script could not tell).
 TEST_F(PipelineTest, ServeExitsNonZeroAndNamesTheTenantsThatFailed) {
