@@ -176,6 +176,10 @@ Result<std::string> ReadUserFile(const std::string& path, size_t max_bytes, int 
 }
 
 Result<std::string> ReadFile(const std::string& path) {
+  return ReadFileAtMost(path, std::string().max_size());
+}
+
+Result<std::string> ReadFileAtMost(const std::string& path, size_t max_bytes) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below).
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
@@ -203,6 +207,11 @@ Result<std::string> ReadFile(const std::string& path) {
     }
     if (r == 0) break;
     out.append(buf, size_t(r));
+    if (out.size() > max_bytes) {
+      ::close(fd);
+      return Status(StatusCode::kResourceExhausted,
+                    path + " holds more than " + std::to_string(max_bytes) + " bytes");
+    }
   }
   ::close(fd);
   return out;

@@ -30,6 +30,10 @@ Status SyncPath(const std::string& path);
 // The whole file, or kNotFound / kIo naming the path; kInvalidArgument for a folder, a FIFO or a
 // device (never waits for a writer).
 Result<std::string> ReadFile(const std::string& path);
+// As ReadFile, but a file with more than `max_bytes` (read, not as stat says: /proc files say 0)
+// is refused with kResourceExhausted ("<path> holds more than N bytes") after reading max_bytes
+// + 1.
+Result<std::string> ReadFileAtMost(const std::string& path, size_t max_bytes);
 // A file the user named on the command line: as ReadFile, but a pipe or a device is read too
 // (`<(envsubst < job.json)`, /dev/stdin), up to `max_bytes` (kResourceExhausted naming the limit
 // past that: /dev/zero ends). A pipe that no process writes to within `quiet_ms` (a FIFO

@@ -5,12 +5,14 @@
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "shm/stale_segments.h"
@@ -33,6 +35,25 @@ bool UsePrivateDevShm(const char* size) {
   return ::unshare(CLONE_NEWNS) == 0 &&
          ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
          ::mount("tmpfs", "/dev/shm", "tmpfs", 0, options.c_str()) == 0;
+}
+
+bool LimitAddressSpaceToMappedPlus(pid_t pid, long extra_kb, unsigned long long* old_soft) {
+  long vm_kb = 0;
+  std::ifstream status("/proc/" + (pid == 0 ? std::string("self") : std::to_string(pid)) +
+                       "/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmSize:", 0) == 0) vm_kb = std::stol(line.substr(7));
+  struct rlimit old {};
+  if (vm_kb == 0 || ::prlimit(pid, RLIMIT_AS, nullptr, &old) != 0) return false;
+  if (old_soft != nullptr) *old_soft = old.rlim_cur;
+  return SetSoftAddressSpaceLimit(pid, (unsigned long long)(vm_kb + extra_kb) << 10);
+}
+
+bool SetSoftAddressSpaceLimit(pid_t pid, unsigned long long soft) {
+  struct rlimit r {};
+  if (::prlimit(pid, RLIMIT_AS, nullptr, &r) != 0) return false;
+  r.rlim_cur = rlim_t(soft);
+  return ::prlimit(pid, RLIMIT_AS, &r, nullptr) == 0;
 }
 
 pid_t ForkChild(const std::function<int()>& body) {

@@ -38,6 +38,13 @@ bool UsePrivateDevShm(const char* size);
 // Forks; the child runs body() and _exits with its return value (it never returns into gtest).
 pid_t ForkChild(const std::function<int()>& body);
 
+// Sets the soft address-space limit (RLIMIT_AS) of `pid` (0: this process) to what it has mapped
+// now plus `extra_kb`, so that it runs out of memory for real; the hard limit stays. False when
+// that failed; `old_soft` gets the soft limit it had (for SetSoftAddressSpaceLimit).
+bool LimitAddressSpaceToMappedPlus(pid_t pid, long extra_kb,
+                                   unsigned long long* old_soft = nullptr);
+bool SetSoftAddressSpaceLimit(pid_t pid, unsigned long long soft);
+
 struct ChildExit {
   bool exited = false;     // normal exit
   int code = -1;           // exit code if exited

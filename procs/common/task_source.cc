@@ -19,7 +19,14 @@ Result<std::vector<tasks::TaskExample>> ReadDataset(const std::string& path) {
                       std::to_string(kMaxDatasetBytes >> 20) +
                       " MiB (every stage holds it in memory): split it among tenants or trim it");
   }
-  Result<std::string> text = ReadFile(path);
+  // Read up to the limit whatever stat says (a /proc file says 0 bytes and never ends).
+  Result<std::string> text = ReadFileAtMost(path, kMaxDatasetBytes);
+  if (!text.ok() && text.status().code() == StatusCode::kResourceExhausted) {
+    return Status(StatusCode::kInvalidArgument,
+                  "dataset " + path + " holds more than " + std::to_string(kMaxDatasetBytes >> 20) +
+                      " MiB; a tenant's dataset may be at most that (every stage holds it in "
+                      "memory): split it among tenants or trim it");
+  }
   if (!text.ok())
     return Status(text.status().code(),
                   "dataset " + path + " cannot be read: " + text.status().message());
@@ -33,12 +40,15 @@ Result<std::vector<tasks::TaskExample>> ReadDataset(const std::string& path) {
     at = end + 1;
     ++n;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    // First the strict reading (iterative): a key named twice (the last one was taken without a
+    // word; a job spec refuses it too), or nesting past its limit, which FromJsonl's recursive
+    // copy of the metadata would overflow the stack on (serve crashed on a 200000-deep line).
+    // Its syntax errors are left to FromJsonl's words.
+    Status strict = CheckStrictJson(line);
+    if (!strict.ok() && strict.message().rfind("is not valid JSON", 0) != 0)
+      return Status(strict.code(), "JSONL line " + strict.message())
+          .Annotate(path + ":" + std::to_string(n));
     auto e = tasks::FromJsonl(line);
-    // A key named twice: the last one was taken without a word (a job spec refuses it too).
-    if (e.ok()) {
-      if (Status strict = CheckStrictJson(line); !strict.ok())
-        e = Status(strict.code(), "JSONL line " + strict.message());
-    }
     if (!e.ok()) return e.status().Annotate(path + ":" + std::to_string(n));
     rows.push_back(std::move(*e));
   }

@@ -179,23 +179,15 @@ TEST(KvArenaTest, GrowthThatRunsOutOfMemoryPartWayLeavesTheArenaWhole) {
     b.Commit(200);
     // A new layer at 4096 positions is 4 slots x 2 heads x 4096 x 64 floats = 8 MiB: room for
     // about one and a half.
-    long vm_kb = 0;
-    std::ifstream status("/proc/self/status");
-    for (std::string line; std::getline(status, line);)
-      if (line.rfind("VmSize:", 0) == 0) vm_kb = std::stol(line.substr(7));
-    struct rlimit r {};
-    ::getrlimit(RLIMIT_AS, &r);
-    const rlim_t hard = r.rlim_max;
-    r.rlim_cur = rlim_t(vm_kb + 12 * 1024) << 10;
-    if (vm_kb == 0 || ::setrlimit(RLIMIT_AS, &r) != 0) return 2;
+    unsigned long long before = 0;
+    if (!testing::LimitAddressSpaceToMappedPlus(0, 12 * 1024, &before)) return 2;
     bool threw = false;
     try {
       arena->Reserve(4096);
     } catch (const std::exception& e) {
       threw = IsOutOfMemory(e);
     }
-    r.rlim_cur = hard;
-    ::setrlimit(RLIMIT_AS, &r);
+    testing::SetSoftAddressSpaceLimit(0, before);
     if (!threw) return 3;
     if (arena->capacity() != 256 || arena->slots() != 4) return 4;
     for (int l = 0; l < c.num_layers; ++l) {
@@ -475,23 +467,15 @@ TEST(GenerationTest, AStepThatRunsOutOfMemoryChangesNothingTheSequencesSample) {
       for (const auto& r : late) g.Add(r);
       *failed = 0;
       if (limit) {
-        long vm_kb = 0;
-        std::ifstream status("/proc/self/status");
-        for (std::string line; std::getline(status, line);)
-          if (line.rfind("VmSize:", 0) == 0) vm_kb = std::stol(line.substr(7));
-        struct rlimit r {};
-        ::getrlimit(RLIMIT_AS, &r);
-        const rlim_t hard = r.rlim_max;
-        r.rlim_cur = rlim_t(vm_kb) << 10;
-        if (vm_kb == 0 || ::setrlimit(RLIMIT_AS, &r) != 0) *failed = -2;
+        unsigned long long before = 0;
+        if (!testing::LimitAddressSpaceToMappedPlus(0, 0, &before)) *failed = -2;
         try {
           for (auto& d : g.Step()) got[d.id] = d;
         } catch (const std::exception& e) {
           *failed = IsOutOfMemory(e) ? 1 : -1;
           if (*failed < 0) std::fprintf(stderr, "not out of memory: %s\n", e.what());
         }
-        r.rlim_cur = hard;
-        ::setrlimit(RLIMIT_AS, &r);
+        testing::SetSoftAddressSpaceLimit(0, before);
         // The arena is whole: every layer of the shape it says.
         const KvArena& a = g.kv_arena();
         for (int l = 0; l < a.layers(); ++l)

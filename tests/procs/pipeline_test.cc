@@ -1178,20 +1178,6 @@ TEST_F(PipelineTest, ATenantTheRolloutCannotServeIsFailedWithTheReason) {
   EXPECT_EQ(mentions, 1u) << log;
 }
 
-// Sets `pid`'s address-space limit (soft; the hard one stays) to what it has mapped now: from
-// here on it runs on the memory it already holds.
-void LimitAddressSpaceToWhatItHas(pid_t pid) {
-  long vm_kb = 0;
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind("VmSize:", 0) == 0) vm_kb = std::stol(line.substr(7));
-  ASSERT_GT(vm_kb, 0);
-  struct rlimit old {};
-  ASSERT_EQ(::prlimit(pid, RLIMIT_AS, nullptr, &old), 0) << std::strerror(errno);
-  const struct rlimit now { rlim_t(vm_kb) << 10, old.rlim_max };
-  ASSERT_EQ(::prlimit(pid, RLIMIT_AS, &now, nullptr), 0) << std::strerror(errno);
-}
-
 // A rollout short of memory (a real address-space limit on the running process) goes on: a
 // tenant whose one completion does not fit even alone is failed with the reason, and a tenant
 // whose groups of 32 do not fit at once has some sequences set aside and finishes with nothing
@@ -1218,7 +1204,7 @@ TEST_F(PipelineTest, ARolloutShortOfMemorySetsSequencesAsideAndFailsOnlyWhatCann
   long_prompt.mutable_verifier()->add_command("/bin/true");
   long_prompt.set_group_size(2);
   long_prompt.set_prompts_per_step(1);
-  LimitAddressSpaceToWhatItHas(rollout);
+  ASSERT_TRUE(LimitAddressSpaceToMappedPlus(rollout, 0)) << std::strerror(errno);
   ASSERT_TRUE(service_->Admit(long_prompt).ok());
   ASSERT_TRUE(RunUntil([&] { return service_->AllDone(); }, 120));
   std::map<std::string, serve::TenantView> views;
@@ -1233,7 +1219,7 @@ TEST_F(PipelineTest, ARolloutShortOfMemorySetsSequencesAsideAndFailsOnlyWhatCann
   pb::JobSpec wide = SmallJob("wide", "arithmetic", 3, 2);
   wide.set_group_size(32);
   wide.set_prompts_per_step(3);
-  LimitAddressSpaceToWhatItHas(rollout);
+  ASSERT_TRUE(LimitAddressSpaceToMappedPlus(rollout, 0)) << std::strerror(errno);
   ASSERT_TRUE(service_->Admit(wide).ok());
   ASSERT_TRUE(RunUntil([&] { return service_->AllDone() && Drained(); }, 240));
   views.clear();

@@ -138,6 +138,33 @@ TEST(TaskSourceTest, ADatasetWithAKeyTwiceOrTooLargeIsRefusedByName) {
             "dataset " + big +
                 " is 65 MiB; a tenant's dataset may be at most 64 MiB (every stage "
                 "holds it in memory): split it among tenants or trim it");
+  // A file whose size stat does not tell (a /proc file says 0) is read only up to the limit: it
+  // took serve to 1.5 GB in 5 s.
+  auto endless = ReadDataset("/proc/self/pagemap");
+  ASSERT_FALSE(endless.ok());
+  EXPECT_EQ(endless.status().message(),
+            "dataset /proc/self/pagemap holds more than 64 MiB; a tenant's dataset may be at most "
+            "that (every stage holds it in memory): split it among tenants or trim it");
+}
+
+// A line nested deeper than a dataset needs is refused by the strict reader before anything
+// copies it recursively: 200000 levels of metadata crashed serve (stack overflow) at submit.
+TEST(TaskSourceTest, ADeeplyNestedDatasetLineIsRefusedNotACrash) {
+  const testing::ScopedTempDir dir("task-source");
+  const std::string data = dir.path() + "/deep.jsonl";
+  {
+    std::ofstream f(data);
+    f << R"({"id": "a", "prompt": "p", "reference": "r"})"
+      << "\n";
+    f << R"({"id": "b", "prompt": "p", "reference": "r", "metadata": )" << std::string(200000, '[')
+      << std::string(200000, ']') << "}\n";
+  }
+  auto deep = ReadDataset(data);
+  ASSERT_FALSE(deep.ok());
+  EXPECT_EQ(deep.status().message().rfind(
+                data + ":2: JSONL line nests objects and lists more than 32 deep", 0),
+            0u)
+      << deep.status().message();
 }
 
 }  // namespace

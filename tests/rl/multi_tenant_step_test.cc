@@ -321,13 +321,7 @@ TEST(MultiTenantStepTest, AStepThatRunsOutOfMemorySaysSo) {
     Tenant big = MakeTenant(*w, 4, (1u << kNumLoraTargets) - 1, 41, 64, 1.0f, /*extra=*/400);
     std::vector<TenantStep> steps = {StepOf(big)};
     // What is mapped now and 32 MiB more: far less than this step's activations.
-    long vm_kb = 0;
-    std::ifstream status("/proc/self/status");
-    for (std::string line; std::getline(status, line);)
-      if (line.rfind("VmSize:", 0) == 0) vm_kb = std::stol(line.substr(7));
-    const rlim_t limit = rlim_t(vm_kb + (32 << 10)) << 10;
-    const struct rlimit r { limit, limit };
-    if (vm_kb == 0 || ::setrlimit(RLIMIT_AS, &r) != 0) return 2;
+    if (!testing::LimitAddressSpaceToMappedPlus(0, 32 << 10)) return 2;
     const IsolatedSteps done = MultiTenantStepIsolated(model, steps);
     if (done.failed[0].empty()) return 3;  // it fit
     if (!done.out_of_memory[0]) {
