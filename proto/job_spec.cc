@@ -20,6 +20,9 @@ namespace util = google::protobuf::util;
 
 // Half a control frame (procs/serve/control_frame.h): a valid job always fits one.
 constexpr size_t kMaxVerifierFileBytes = 512 << 10;
+// Files and command items: the sandbox's work dir takes 1024 names, its request 4096 files.
+constexpr size_t kMaxVerifierFiles = 256;
+constexpr size_t kMaxVerifierArgs = 1024;
 
 const std::vector<std::string>& KnownTargets() {
   static const std::vector<std::string> kTargets = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
@@ -41,6 +44,13 @@ std::string Join(const std::vector<std::string>& v) {
 
 Status FieldError(const std::string& field, const std::string& what) {
   return Status(StatusCode::kInvalidArgument, "job spec field '" + field + "': " + what);
+}
+
+// A value the user gave, quoted in an error: its first 80 bytes (a 1 MiB tenant id made the
+// reply too large to send, and the reason was lost).
+std::string Quoted(const std::string& value) {
+  constexpr size_t kShown = 80;
+  return "'" + (value.size() <= kShown ? value : value.substr(0, kShown) + "...") + "'";
 }
 
 // Whole numbers in full (3600000, not 3.6e+06), others with 6 significant digits.
@@ -130,15 +140,15 @@ const std::vector<std::string>& KnownTasks() {
 
 Status ValidateJobSpec(const pb::JobSpec& s) {
   if (!ValidTenantId(s.tenant())) {
-    return FieldError("tenant", "'" + s.tenant() + "' must be 1-63 characters of [a-z0-9_-]");
+    return FieldError("tenant", Quoted(s.tenant()) + " must be 1-63 characters of [a-z0-9_-]");
   }
   if (s.tenant()[0] == '-') {
-    return FieldError("tenant", "'" + s.tenant() +
-                                    "' must not start with '-' (commands would take it for an "
+    return FieldError("tenant", Quoted(s.tenant()) +
+                                    " must not start with '-' (commands would take it for an "
                                     "option)");
   }
   if (!Contains(KnownTasks(), s.task())) {
-    return FieldError("task", "'" + s.task() + "' is not one of: " + Join(KnownTasks()));
+    return FieldError("task", Quoted(s.task()) + " is not one of: " + Join(KnownTasks()));
   }
   if (s.task() == "custom") {
     if (!s.dataset().has_jsonl_path() || s.dataset().jsonl_path().empty()) {
@@ -150,15 +160,26 @@ Status ValidateJobSpec(const pb::JobSpec& s) {
     const std::string& program = s.verifier().command(0);
     if (program.empty() || program[0] != '/') {
       return FieldError("verifier.command",
-                        "its first item '" + program +
-                            "' must be the program's absolute path (like /usr/bin/python3): the "
+                        "its first item " + Quoted(program) +
+                            " must be the program's absolute path (like /usr/bin/python3): the "
                             "sandbox runs it without a search path");
+    }
+    // Past these a job was admitted and then failed at its first verification ("Broken pipe").
+    if (s.verifier().files_size() > int(kMaxVerifierFiles)) {
+      return FieldError("verifier.files", std::to_string(s.verifier().files_size()) +
+                                              " files, more than the " +
+                                              std::to_string(kMaxVerifierFiles) + " allowed");
+    }
+    if (s.verifier().command_size() > int(kMaxVerifierArgs)) {
+      return FieldError("verifier.command", std::to_string(s.verifier().command_size()) +
+                                                " items, more than the " +
+                                                std::to_string(kMaxVerifierArgs) + " allowed");
     }
     size_t bytes = 0;
     for (const auto& [name, body] : s.verifier().files()) {
       if (name.empty() || name.size() > 100 || name[0] == '.' ||
           name.find('/') != std::string::npos) {
-        return FieldError("verifier.files", "'" + name + "' must be a plain file name");
+        return FieldError("verifier.files", Quoted(name) + " must be a plain file name");
       }
       bytes += body.size();
     }
@@ -182,11 +203,11 @@ Status ValidateJobSpec(const pb::JobSpec& s) {
   for (int i = 0; i < l.targets_size(); ++i) {
     if (!Contains(KnownTargets(), l.targets(i))) {
       return FieldError("lora.targets",
-                        "'" + l.targets(i) + "' is not one of: " + Join(KnownTargets()));
+                        Quoted(l.targets(i)) + " is not one of: " + Join(KnownTargets()));
     }
     for (int j = 0; j < i; ++j) {
       if (l.targets(j) == l.targets(i))
-        return FieldError("lora.targets", "'" + l.targets(i) + "' twice");
+        return FieldError("lora.targets", Quoted(l.targets(i)) + " twice");
     }
   }
   const auto& o = s.optimizer();
@@ -204,7 +225,7 @@ Status ValidateJobSpec(const pb::JobSpec& s) {
       Range(o.has_warmup_steps(), o.warmup_steps(), 0, 1e6, "optimizer.warmup_steps"));
   if (o.has_schedule() && !Contains({"constant", "linear", "cosine"}, o.schedule())) {
     return FieldError("optimizer.schedule",
-                      "'" + o.schedule() + "' is not one of: constant, linear, cosine");
+                      Quoted(o.schedule()) + " is not one of: constant, linear, cosine");
   }
   const auto& g = s.grpo();
   MARLAAS_RETURN_IF_ERROR(

@@ -38,6 +38,13 @@ Result<std::string> EncodeFrame(const std::string& payload) {
   return out + payload;
 }
 
+bool FrameReader::HasFrame() const {
+  if (buffer_.size() < 4) return false;
+  uint32_t n = 0;
+  for (int i = 0; i < 4; ++i) n |= uint32_t(uint8_t(buffer_[size_t(i)])) << (8 * i);
+  return n > kMaxControlFrame || buffer_.size() >= 4 + size_t(n);
+}
+
 Result<std::optional<std::string>> FrameReader::Next() {
   if (buffer_.size() < 4) return std::optional<std::string>();
   uint32_t n = 0;

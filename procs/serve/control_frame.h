@@ -30,6 +30,8 @@ class FrameReader {
   Result<std::optional<std::string>> Next();
   // Bytes held that do not make a whole frame (non-zero at EOF means a truncated frame).
   size_t pending() const { return buffer_.size(); }
+  // Whether a whole frame is held (Next() would return it or an error).
+  bool HasFrame() const;
 
  private:
   std::string buffer_;

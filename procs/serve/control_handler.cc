@@ -27,8 +27,10 @@ constexpr uint32_t kDefaultLogLines = 100, kMaxLogLines = 10000;
 Status ControlHandler::Authorise(const std::string& token, const std::string& tenant) const {
   // A malformed id names no tenant whatever the token (it was called "not authorised").
   if (!ValidTenantId(tenant)) {
+    // Quoted in part: a 1 MiB id made a reply too large to send, and the reason was lost.
+    const std::string shown = tenant.size() <= 80 ? tenant : tenant.substr(0, 80) + "...";
     return Status(StatusCode::kInvalidArgument,
-                  "'" + tenant + "' is not a tenant id (1-63 characters of a-z, 0-9, _ and -)");
+                  "'" + shown + "' is not a tenant id (1-63 characters of a-z, 0-9, _ and -)");
   }
   if (!tokens_->Allows(token, tenant)) {
     // The same answer whether or not the tenant exists: ids are not disclosed to strangers.

@@ -40,7 +40,8 @@ int64_t NowMs() {
 
 }  // namespace
 
-Result<ControlServer> ControlServer::Listen(const std::string& path, int idle_timeout_ms) {
+Result<ControlServer> ControlServer::Listen(const std::string& path, int idle_timeout_ms,
+                                            int frame_deadline_ms) {
   MARLAAS_ASSIGN_OR_RETURN(sockaddr_un addr, Address(path));
   // A socket file that nobody answers on is a dead service's.
   const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -54,6 +55,7 @@ Result<ControlServer> ControlServer::Listen(const std::string& path, int idle_ti
   ControlServer s;
   s.path_ = path;
   s.idle_timeout_ms_ = idle_timeout_ms;
+  s.frame_deadline_ms_ = frame_deadline_ms;
   MARLAAS_RETURN_IF_ERROR(s.Bind());
   return s;
 }
@@ -110,6 +112,7 @@ ControlServer::ControlServer(ControlServer&& o) noexcept
     : path_(std::move(o.path_)),
       listen_fd_(o.listen_fd_),
       idle_timeout_ms_(o.idle_timeout_ms_),
+      frame_deadline_ms_(o.frame_deadline_ms_),
       conns_(std::move(o.conns_)),
       file_(o.file_),
       checked_ms_(o.checked_ms_),
@@ -139,56 +142,76 @@ void ControlServer::ReadFrom(int fd, const Handler& handler, int64_t now_ms) {
   const ssize_t n = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
   if (n <= 0) {
-    Close(fd, c.reader.pending() > 0 ? "the client hung up in the middle of a frame" : nullptr);
+    Close(fd, c.reader.pending() > 0 && !c.reader.HasFrame()
+                  ? "the client hung up in the middle of a frame"
+                  : nullptr);
     return;
   }
   c.last_ms = now_ms;
+  if (c.reader.pending() == 0) c.frame_ms = now_ms;
   c.reader.Feed(buf, size_t(n));
-  for (;;) {
-    auto frame = c.reader.Next();
-    if (!frame.ok()) {
-      Close(fd, frame.status().message().c_str());
-      return;
-    }
-    if (!frame->has_value()) return;
-    pb::ControlRequest req;
-    if (!req.ParseFromString(**frame)) {
-      Close(fd, "a frame that is not a ControlRequest");
-      return;
-    }
-    const pb::ControlReply reply = handler(req);
-    auto encoded = EncodeFrame(reply.SerializeAsString());
-    if (!encoded.ok()) {  // a reply too large for one frame: say so instead
-      pb::ControlReply small;
-      small.set_request_id(req.request_id());
-      small.set_error("the reply exceeds the control frame limit");
-      encoded = EncodeFrame(small.SerializeAsString());
-    }
-    c.out += *encoded;
-    if (c.out.size() > kMaxPendingReply) {
-      Close(fd, "the client does not read its replies");
-      return;
-    }
+  ServeOne(fd, handler, now_ms);
+}
+
+void ControlServer::ServeOne(int fd, const Handler& handler, int64_t now_ms) {
+  Conn& c = conns_[fd];
+  if (!c.out.empty() || !c.reader.HasFrame()) return;
+  auto frame = c.reader.Next();
+  if (!frame.ok()) {
+    Close(fd, frame.status().message().c_str());
+    return;
   }
+  // The next frame's clock starts now (its bytes may have come with this one's).
+  c.frame_ms = c.reader.pending() > 0 ? now_ms : 0;
+  pb::ControlRequest req;
+  pb::ControlReply reply;
+  if (!req.ParseFromString(**frame)) {
+    // The frame's bounds are sound: the connection can go on. (A string that is not UTF-8, such
+    // as a token typed with a stray byte, fails here too.)
+    std::fprintf(stderr, "[serve] control connection: a frame that is not a ControlRequest\n");
+    reply.set_error(
+        "the request is not a valid ControlRequest (a string field that is not UTF-8, or not a "
+        "request of this service's protocol)");
+  } else {
+    reply = handler(req);
+  }
+  auto encoded = EncodeFrame(reply.SerializeAsString());
+  if (!encoded.ok()) {  // a reply too large for one frame: say so instead
+    pb::ControlReply small;
+    small.set_request_id(req.request_id());
+    small.set_error("the reply exceeds the control frame limit");
+    encoded = EncodeFrame(small.SerializeAsString());
+  }
+  c.out += *encoded;
+  if (c.out.size() > kMaxPendingReply) Close(fd, "the client does not read its replies");
+}
+
+void ControlServer::CloseSilentest(int64_t now_ms) {
+  auto silentest = conns_.end();
+  for (auto it = conns_.begin(); it != conns_.end(); ++it)
+    if (silentest == conns_.end() || it->second.last_ms < silentest->second.last_ms) silentest = it;
+  if (silentest == conns_.end()) return;
+  const std::string why = "silent for " + std::to_string(now_ms - silentest->second.last_ms) +
+                          " ms with " + std::to_string(kMaxConnections) +
+                          " connections open, and another client came";
+  Close(silentest->first, why.c_str());
 }
 
 void ControlServer::Poll(int timeout_ms, const Handler& handler) {
   std::vector<pollfd> fds;
-  // At the connection cap the listening socket is left out: new clients wait in the kernel's
-  // backlog (their own timeouts bound the wait) until a slot frees, and are never turned away
-  // while the open connections are only slow to be reaped.
-  const bool accepting = conns_.size() < kMaxConnections;
-  fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
-  for (auto& [fd, c] : conns_)
-    fds.push_back({fd, short(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
-  const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
+  fds.push_back({listen_fd_, POLLIN, 0});
+  // One request at a time per connection: nothing is read while its reply waits, nor while it
+  // holds a whole request not yet answered (answered below without waiting).
+  bool ready_to_answer = false;
+  for (auto& [fd, c] : conns_) {
+    const bool idle = c.out.empty() && !c.reader.HasFrame();
+    ready_to_answer = ready_to_answer || (c.out.empty() && c.reader.HasFrame());
+    fds.push_back({fd, short((idle ? POLLIN : 0) | (c.out.empty() ? 0 : POLLOUT)), 0});
+  }
+  const int ready = ::poll(fds.data(), fds.size(), ready_to_answer ? 0 : timeout_ms);
   const int64_t now = NowMs();
   KeepSocketFile(now);
-  if (ready <= 0) {
-    CloseIdle(now);
-    return;
-  }
-  for (size_t i = 1; i < fds.size(); ++i) {
+  for (size_t i = 1; i < fds.size() && ready > 0; ++i) {
     const int fd = fds[i].fd;
     if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
       ReadFrom(fd, handler, now);
@@ -205,10 +228,18 @@ void ControlServer::Poll(int timeout_ms, const Handler& handler) {
       }
     }
   }
-  if (fds[0].revents & POLLIN) {
-    while (conns_.size() < kMaxConnections) {
+  // Requests that came with an earlier one (pipelined), now that its reply has gone.
+  std::vector<int> waiting;
+  for (const auto& [fd, c] : conns_)
+    if (c.out.empty() && c.reader.HasFrame()) waiting.push_back(fd);
+  for (int fd : waiting) ServeOne(fd, handler, now);
+  if (ready > 0 && (fds[0].revents & POLLIN)) {
+    // Past the cap the connection silent longest makes room, a few per round: a flood of new
+    // clients cannot empty the table in one go.
+    for (int accepted = 0; accepted < 16; ++accepted) {
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) break;
+      if (conns_.size() >= kMaxConnections) CloseSilentest(now);
       conns_[fd].last_ms = now;
     }
   }
@@ -218,6 +249,12 @@ void ControlServer::Poll(int timeout_ms, const Handler& handler) {
 void ControlServer::CloseIdle(int64_t now_ms) {
   std::vector<std::pair<int, std::string>> idle;
   for (const auto& [fd, c] : conns_) {
+    if (c.frame_ms != 0 && !c.reader.HasFrame() && now_ms - c.frame_ms > frame_deadline_ms_) {
+      idle.emplace_back(fd, "a frame not whole " + std::to_string(now_ms - c.frame_ms) +
+                                " ms after its first byte (limit " +
+                                std::to_string(frame_deadline_ms_) + " ms)");
+      continue;
+    }
     if (now_ms - c.last_ms <= idle_timeout_ms_) continue;
     const char* what = !c.out.empty()           ? "its reply unread"
                        : c.reader.pending() > 0 ? "a frame left unfinished"

@@ -223,6 +223,16 @@ TEST(JobSpecTest, ValuesOfTheWrongKindAreNamedWithWhatTheFieldTakes) {
             "[0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0]'");
   // Null still means unset, for a message as for a list.
   EXPECT_TRUE(ParseJobSpecJson(head + R"("sampling": null})").ok());
+  // A value quoted back is cut at 80 bytes (a 1 MiB one made the reply too large to send).
+  EXPECT_EQ(ErrorOf(R"({"tenant": ")" + std::string(100000, 'x') + R"(", "task": "arithmetic"})"),
+            "job spec field 'tenant': '" + std::string(80, 'x') +
+                "...' must be 1-63 characters of [a-z0-9_-]");
+  // More verifier files than its sandbox takes are refused at submit, not at the first check.
+  std::string many = custom + R"({"command": ["/bin/true"], "files": {)";
+  for (int i = 0; i < 257; ++i) many += (i ? "," : "") + ("\"f" + std::to_string(i) + "\": \"\"");
+  EXPECT_EQ(ErrorOf(many + "}}}"),
+            "job spec field 'verifier.files': 257 files, more than the 256 "
+            "allowed");
 }
 
 // A custom job file for tenant u1 with this "verifier" object.
