@@ -221,15 +221,6 @@ bool MetricsHttp::Advance(Client* c, const std::function<const std::string&()>& 
 
 void MetricsHttp::Serve(const std::function<std::string()>& make_body) {
   const int64_t now = MonotonicNanos();
-  for (int accepted = 0; accepted < 64; ++accepted) {  // a flood of connections cannot hold us
-    const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) break;  // none waiting (or an error for that one client only)
-    if (clients_.size() >= kMaxClients) {
-      ::close(fd);  // full: a scraper retries at its next interval
-      continue;
-    }
-    clients_.push_back(Client{fd, now + int64_t(kClientSeconds * 1e9), {}, {}, 0});
-  }
   std::string body;
   bool made = false;
   auto reply = [&]() -> const std::string& {
@@ -237,6 +228,32 @@ void MetricsHttp::Serve(const std::function<std::string()>& make_body) {
     made = true;
     return body;
   };
+  for (int accepted = 0; accepted < 64; ++accepted) {  // a flood of connections cannot hold us
+    const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) break;  // none waiting (or an error for that one client only)
+    if (clients_.size() >= kMaxClients) {
+      // Full: the client that has sent nothing for longest makes room (clients that connected
+      // and said nothing, over and over, kept every scrape out). With none silent, the new one
+      // goes: a scraper retries at its next interval.
+      auto silent = clients_.end();
+      for (auto it = clients_.begin(); it != clients_.end(); ++it)
+        if (it->request.empty() &&
+            (silent == clients_.end() || it->deadline_ns < silent->deadline_ns))
+          silent = it;
+      if (silent == clients_.end()) {
+        ::close(fd);
+        continue;
+      }
+      ::close(silent->fd);
+      clients_.erase(silent);
+    }
+    clients_.push_back(Client{fd, now + int64_t(kClientSeconds * 1e9), {}, {}, 0});
+    // Its request may be here already: read now, so that it is not silent when the next comes.
+    if (!Advance(&clients_.back(), reply)) {
+      ::close(clients_.back().fd);
+      clients_.pop_back();
+    }
+  }
   for (size_t i = 0; i < clients_.size();) {
     Client& c = clients_[i];
     if (Advance(&c, reply) && now < c.deadline_ns) {

@@ -4,9 +4,11 @@
 // (served on an optional loopback HTTP endpoint) and as one JSON object per line
 // (<state-dir>/metrics.jsonl). MetricsHttp answers every request with the current text: it is a
 // scrape target, not a web server. It never blocks the service's thread on a client: sockets are
-// non-blocking, each Serve() does what they allow and returns, at most kMaxClients are open (more
-// are closed at once), and a client that has not sent its request head and read the whole reply
-// within kClientSeconds is dropped. Not thread-safe: driven from the service's thread.
+// non-blocking, each Serve() does what they allow and returns, at most kMaxClients are open (past
+// that the client silent longest, one that has sent nothing, is closed for the new one; with
+// none silent the new one is closed), and a client that has not sent its request head and read
+// the whole reply within kClientSeconds is dropped. Not thread-safe: driven from the service's
+// thread.
 #pragma once
 
 #include <functional>
