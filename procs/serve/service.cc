@@ -325,6 +325,15 @@ Result<pb::JobSpec> Service::CheckAdmissible(const pb::JobSpec& given, bool resu
   // A custom task's dataset is read now, not first by the stages: a missing or malformed file
   // is the submitter's error, named here.
   if (spec.task() == "custom") {
+    // Relative, it would name a file beside wherever serve was started (the client makes a job
+    // file's relative path absolute: only a raw request on the socket can send one).
+    const std::string& path = spec.dataset().jsonl_path();
+    if (path.empty() || path[0] != '/') {
+      return Status(StatusCode::kInvalidArgument,
+                    "job spec field 'dataset.jsonl_path': '" + path.substr(0, 80) +
+                        "' must be an absolute path (marlaas submit makes a job file's relative "
+                        "path absolute)");
+    }
     MARLAAS_RETURN_IF_ERROR(pipeline::TaskSource::ForJob(spec).status().Annotate("dataset"));
   }
   MARLAAS_RETURN_IF_ERROR(CheckFitsBasePositions(spec, options_.stage.model_dir));

@@ -1032,6 +1032,12 @@ TEST_F(PipelineTest, AdmissionRefusesWhatTheStagesCouldNotServeAndChangesNothing
   Status st = service_->Admit(missing);
   EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
   EXPECT_NE(st.message().find("no-such.jsonl cannot be read"), std::string::npos) << st.message();
+  pb::JobSpec relative = missing;  // beside wherever serve started: refused, not read
+  relative.mutable_dataset()->set_jsonl_path("data/prompts.jsonl");
+  st = service_->Admit(relative);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("'data/prompts.jsonl' must be an absolute path"), std::string::npos)
+      << st.message();
   pb::JobSpec fifo = missing;  // a pipe: refused at once, not read until a writer comes
   fifo.mutable_dataset()->set_jsonl_path(state_dir_ + "/data.fifo");
   ASSERT_EQ(::mkfifo(fifo.dataset().jsonl_path().c_str(), 0600), 0);
