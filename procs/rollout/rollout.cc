@@ -208,6 +208,7 @@ class Rollout {
   std::unordered_map<uint64_t, uint64_t> parked_;                    // call id -> seq id
   ActiveLimit active_limit_{kMaxActiveSequences};
   std::set<uint64_t> set_aside_;  // seq ids out of the generator for memory, resumed in id order
+  int64_t add_failure_logged_ns_ = 0;                    // AddToGenerator's last out-of-memory line
   std::deque<std::pair<uint32_t, std::string>> outbox_;  // (type, serialised) not yet committed
   std::deque<std::pair<RolloutTenant*, uint64_t>> outbox_groups_;  // tenant per group record
   uint64_t next_seq_id_ = 1, next_group_ = 0, next_call_ = 1;
@@ -518,8 +519,13 @@ bool Rollout::AddToGenerator(Sequence* s) {
     gen_.Add(std::move(r));
   } catch (const std::exception& e) {
     if (!model::IsOutOfMemory(e)) throw;
-    StageLog(kRole, "tenant %s: no memory to place its adapter for a completion now: %s",
-             t->id.c_str(), model::TorchErrorLine(e).c_str());
+    // Tried again at every pass while others generate: said at most once a second.
+    const int64_t now = MonotonicNanos();
+    if (now - add_failure_logged_ns_ >= 1'000'000'000) {
+      StageLog(kRole, "tenant %s: no memory to place its adapter for a completion now: %s",
+               t->id.c_str(), model::TorchErrorLine(e).c_str());
+      add_failure_logged_ns_ = now;
+    }
     set_aside_.insert(s->id);
     return false;
   }
@@ -843,7 +849,7 @@ Status Rollout::Run() {
       try {
         done = gen_.Step();
       } catch (const std::exception& e) {
-        // The generator advanced nothing and let its key/value memory go (model/generator.h).
+        // The generator advanced nothing and kept its caches as they were (model/generator.h).
         if (!model::IsOutOfMemory(e)) throw;
         engine_.busy_ns += uint64_t(MonotonicNanos() - t0);
         OnOutOfMemory(model::TorchErrorLine(e));

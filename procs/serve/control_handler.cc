@@ -4,6 +4,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <vector>
 
@@ -176,6 +177,13 @@ Status ControlHandler::Logs(const pb::LogsRequest& r, pb::LogsReply* out) {
   std::vector<std::string> lines;
   for (const char* file : {"trainer.log", "steps.jsonl"}) {
     std::ifstream f(dir + "/" + file);
+    // Only its last frame's worth is read (from the first line that starts there): no more fits
+    // a reply, and a long tenant's whole steps.jsonl, read at every request, held serve's loop.
+    f.seekg(0, std::ios::end);
+    const std::streamoff size = f ? std::streamoff(f.tellg()) : 0;
+    const std::streamoff start = std::max<std::streamoff>(0, size - kMaxControlFrame);
+    f.seekg(start);
+    if (start > 0) f.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
     std::deque<std::string> tail;
     for (std::string line; std::getline(f, line);) {
       tail.push_back(std::string(file) + ": " + line);

@@ -110,10 +110,15 @@ Result<std::unique_ptr<Service>> Service::Start(const ServiceOptions& options) {
   if (s->options_.bin_dir.empty()) s->options_.bin_dir = SelfDir();
   const std::string& instance = options.stage.instance;
   std::error_code ec;
-  fs::create_directories(options.stage.state_dir + "/tenants", ec);
-  fs::create_directories(options.stage.state_dir + "/logs", ec);
-  if (ec)
-    return Status(StatusCode::kIo, "creating " + options.stage.state_dir + ": " + ec.message());
+  // The tenants' files (jobs, steps, rewards, checkpoints) and the stages' logs are the service
+  // user's only: other users of the host see a tenant through the socket, with its token (they
+  // were 0755, each tenant's steps and job readable by anyone).
+  for (const char* sub : {"/tenants", "/logs"}) {
+    const std::string dir = options.stage.state_dir + sub;
+    fs::create_directories(dir, ec);
+    if (!ec) fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+    if (ec) return Status(StatusCode::kIo, "creating " + dir + ": " + ec.message());
+  }
   // One service per state dir; the stages inherit the lock.
   MARLAAS_ASSIGN_OR_RETURN(s->lock_fd_, AcquireStateDirLock(options.stage.state_dir));
   // Segments left by dead services, of this instance and of any other (a serve's default

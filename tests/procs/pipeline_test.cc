@@ -1005,7 +1005,16 @@ TEST_F(PipelineTest, ACudaServiceOnACpuOnlyBuildSaysWhyInEachModelStagesLog) {
 }
 
 TEST_F(PipelineTest, InvalidJobSpecIsRefusedAndChangesNothing) {
+  // The tenants' files and the logs are the service user's only, also when the folders were
+  // there before with wider modes.
+  fs::create_directories(state_dir_ + "/tenants");
+  fs::permissions(state_dir_ + "/tenants", fs::perms::all);
   StartService();
+  for (const char* sub : {"/tenants", "/logs"}) {
+    struct stat st {};
+    ASSERT_EQ(::stat((state_dir_ + sub).c_str(), &st), 0) << sub;
+    EXPECT_EQ(st.st_mode & 0777, 0700u) << sub;
+  }
   pb::JobSpec bad = SmallJob("bad", "arithmetic", 3, 1);
   bad.mutable_lora()->set_rank(0);
   Status st = service_->Admit(bad);
