@@ -189,11 +189,10 @@ void Generator::ReleaseIdleMemory() {
   if (!seqs_.empty()) return;
   if (arena_->slots() <= KvArena::kInitialSlots && arena_->capacity() <= KvArena::kInitialCapacity)
     return;
-  arena_.reset();  // first: the old arena's memory is free before the new one takes any
   try {
     arena_ = std::make_shared<KvArena>(model_.config(), model_.device());
   } catch (...) {
-    arena_ = std::make_shared<KvArena>(model_.config(), model_.device(), 1, 1);
+    // No memory even for a small arena: the old one stays (no sequence uses it).
   }
 }
 

@@ -144,7 +144,7 @@ TEST(TaskSourceTest, ADatasetWithAKeyTwiceOrTooLargeIsRefusedByName) {
   ASSERT_FALSE(endless.ok());
   EXPECT_EQ(endless.status().message(),
             "dataset /proc/self/pagemap holds more than 64 MiB; a tenant's dataset may be at most "
-            "that (every stage holds it in memory): split it among tenants or trim it");
+            "64 MiB (every stage holds it in memory): split it among tenants or trim it");
 }
 
 // A line nested deeper than a dataset needs is refused by the strict reader before anything
