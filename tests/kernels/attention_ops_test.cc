@@ -73,6 +73,69 @@ TEST(AttentionOpsTest, ForwardAndBackwardMatchTheReference) {
   }
 }
 
+// Long rows take the kernels' other path (keys transposed, keys' gradients summed in blocks of
+// four keys by 16 columns): causal masks with random holes and padded rows, per-row masks where
+// some rows attend to a few keys and others to many, a prefix-style rectangle, head sizes and key
+// counts around the block sizes.
+TEST(AttentionOpsTest, LongRowsMatchTheReference) {
+  std::mt19937 rng(77);
+  for (int trial = 0; trial < 24; ++trial) {
+    AttentionProblem p;
+    p.rows = 1 + int32_t(rng() % 3);
+    p.kv_heads = 1 + int32_t(rng() % 2);
+    p.heads = p.kv_heads * (1 + int32_t(rng() % 2));
+    p.q_len = 16 + int32_t(rng() % 60);
+    p.kv_len = p.q_len + (trial % 3 == 2 ? int32_t(rng() % 20) : 0);
+    const int32_t dims[] = {1, 7, 16, 17, 32, 33, 64};
+    p.head_dim = dims[rng() % 7];
+    p.scale = 1.0f / std::sqrt(float(p.head_dim));
+    p.mask_per_row = trial % 2 == 1;
+    const size_t planes = p.mask_per_row ? size_t(p.rows) : 1;
+    const int32_t offset = p.kv_len - p.q_len;  // keys before the first query position
+    const size_t plane = size_t(p.q_len) * size_t(p.kv_len);
+    std::unique_ptr<bool[]> masked(new bool[planes * plane]);
+    for (size_t pl = 0; pl < planes; ++pl) {
+      // Per-row planes: the first row's keys past 5 are padding (short spans), others not.
+      const int32_t pad_from = p.mask_per_row && pl == 0 ? 5 : p.kv_len;
+      for (int32_t t = 0; t < p.q_len; ++t) {
+        for (int32_t j = 0; j < p.kv_len; ++j) {
+          bool m = j > t + offset || j >= pad_from;
+          if (trial % 4 == 3) m = m || rng() % 5 == 0;  // holes inside the span
+          masked[pl * plane + size_t(t) * size_t(p.kv_len) + size_t(j)] = m;
+        }
+      }
+    }
+    if (trial % 4 == 3) {  // a query position that attends to nothing
+      for (int32_t j = 0; j < p.kv_len; ++j) masked[size_t(p.kv_len) * 3 + size_t(j)] = true;
+    }
+    p.masked = masked.get();
+    const size_t nq = size_t(p.rows) * size_t(p.heads) * size_t(p.q_len) * size_t(p.head_dim);
+    const size_t nkv = size_t(p.rows) * size_t(p.kv_heads) * size_t(p.kv_len) * size_t(p.head_dim);
+    const size_t np = size_t(p.rows) * size_t(p.heads) * plane;
+    const auto q = Random(rng, nq), k = Random(rng, nkv), v = Random(rng, nkv);
+    const auto d_out = Random(rng, nq);
+    std::vector<float> out = Random(rng, nq), probs = Random(rng, np), out_ref(nq), probs_ref(np);
+    AttentionForward(p, q.data(), k.data(), v.data(), out.data(), probs.data());
+    reference::AttentionForward(p, q.data(), k.data(), v.data(), out_ref.data(), probs_ref.data());
+    ExpectClose(probs, probs_ref, "probs", trial);
+    ExpectClose(out, out_ref, "out", trial);
+    for (size_t i = 0; i < np; ++i) {  // a masked key's probability is exactly 0
+      const size_t row = i / (size_t(p.heads) * plane);
+      if (masked[(p.mask_per_row ? row * plane : 0) + i % plane])
+        ASSERT_EQ(probs[i], 0.0f) << "masked, at " << i << ", trial " << trial;
+    }
+    std::vector<float> dq = Random(rng, nq), dk = Random(rng, nkv), dv = Random(rng, nkv);
+    std::vector<float> dq_ref(nq), dk_ref(nkv), dv_ref(nkv);
+    AttentionBackward(p, q.data(), k.data(), v.data(), probs_ref.data(), d_out.data(), dq.data(),
+                      dk.data(), dv.data());
+    reference::AttentionBackward(p, q.data(), k.data(), v.data(), probs_ref.data(), d_out.data(),
+                                 dq_ref.data(), dk_ref.data(), dv_ref.data());
+    ExpectClose(dq, dq_ref, "dq", trial);
+    ExpectClose(dk, dk_ref, "dk", trial);
+    ExpectClose(dv, dv_ref, "dv", trial);
+  }
+}
+
 TEST(AttentionOpsTest, OneKeyGivesItsValueAndEqualScoresTheMean) {
   // One row, one head, head_dim 2: a query that sees one key returns that key's value; one whose
   // keys all score the same (q = 0) returns the mean of the values it sees.
