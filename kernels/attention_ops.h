@@ -20,6 +20,12 @@ struct AttentionProblem {
   float scale = 1.0f;
   const bool* masked = nullptr;
   bool mask_per_row = false;  // masked has `rows` planes (else one for every row)
+  // A row (its mask plane) whose widest span of attended keys (first to last) has at least this
+  // many keys takes the long-row path: its keys (values) transposed once, each position's scores
+  // vectorised across the keys, the keys' gradients summed in register blocks. Others take one
+  // dot product per key, faster for a few keys. bench_attention sets it past kv_len to time the
+  // per-key path alone; the results agree to rounding.
+  int32_t min_wide_span = 16;
 };
 
 // out and probs (kept for the backward) are written.

@@ -167,16 +167,14 @@ __attribute__((always_inline)) inline void AddTransposedProduct(const float* __r
 
 #pragma GCC diagnostic pop
 
-// Spans shorter than this take one dot product per key instead (a pass over the transposed keys
-// costs more to set up than it saves on a few keys): rows of a few tokens stay as fast as before.
-constexpr int32_t kWideSpan = 16;
-
-// s[j] = a·x[j] for j in [lo, hi), from the rows x [*, d] or, for a wide span, their transpose xt
-// [d, ld] (null when it was not made).
+// s[j] = a·x[j] for j in [lo, hi), from the rows x [*, d] or, for a span of at least `wide`
+// keys, their transpose xt [d, ld] (null when it was not made): a pass over the transposed keys
+// costs more to set up than it saves on a few keys.
 __attribute__((always_inline)) inline void RowTimesRows(const float* a, const float* x,
                                                         const float* xt, int32_t d, int32_t ld,
-                                                        int32_t lo, int32_t hi, float* s) {
-  if (xt != nullptr && hi - lo >= kWideSpan) {
+                                                        int32_t lo, int32_t hi, int32_t wide,
+                                                        float* s) {
+  if (xt != nullptr && hi - lo >= wide) {
     RowTimesColumns(a, xt, d, ld, lo, hi, s);
   } else {
     for (int32_t j = lo; j < hi; ++j) s[j] = Dot(a, x + int64_t(j) * d, d);
@@ -204,7 +202,7 @@ MARLAAS_CLONES void AttentionForward(const AttentionProblem& p, const float* q, 
     const bool* mask = p.masked + (p.mask_per_row ? r * plane : 0);
     if (r == 0 || p.mask_per_row) {
       SpansOf(mask, T, S, spans.data());
-      wide = WidestSpan(spans.data(), T) >= kWideSpan;
+      wide = WidestSpan(spans.data(), T) >= p.min_wide_span;
     }
     for (int32_t kv = 0; kv < p.kv_heads; ++kv) {
       const int64_t kv_at = (int64_t(r) * p.kv_heads + kv) * S * D;
@@ -222,7 +220,7 @@ MARLAAS_CLONES void AttentionForward(const AttentionProblem& p, const float* q, 
           std::memset(pt + hi, 0, sizeof(float) * size_t(S - hi));
           if (lo == hi) continue;  // nothing to attend to: p = 0, out = 0
           const float* qt = q + (head * T + t) * D;
-          if (hi - lo < kWideSpan) {
+          if (hi - lo < p.min_wide_span) {
             // A few keys: one dot product each, a scalar softmax, one scaled value each.
             float m = -INFINITY;
             for (int32_t j = lo; j < hi; ++j) {
@@ -274,7 +272,7 @@ MARLAAS_CLONES void AttentionBackward(const AttentionProblem& p, const float* q,
   for (int32_t r = 0; r < p.rows; ++r) {
     if (r == 0 || p.mask_per_row) {
       SpansOf(p.masked + (p.mask_per_row ? r * plane : 0), T, S, spans.data());
-      wide = WidestSpan(spans.data(), T) >= kWideSpan;
+      wide = WidestSpan(spans.data(), T) >= p.min_wide_span;
     }
     for (int32_t kv = 0; kv < p.kv_heads; ++kv) {
       const int64_t kv_at = (int64_t(r) * p.kv_heads + kv) * S * D;
@@ -309,7 +307,7 @@ MARLAAS_CLONES void AttentionBackward(const AttentionProblem& p, const float* q,
           // Wide spans: dp, then ds in its place, a row of the head's ds; the keys' gradients
           // are summed after the head's last position.
           float* dst = ds.data() + int64_t(t) * S;
-          RowTimesRows(gt, v + kv_at, vt.data(), D, S, lo, hi, dst);
+          RowTimesRows(gt, v + kv_at, vt.data(), D, S, lo, hi, p.min_wide_span, dst);
           const float c = Dot(pt + lo, dst + lo, hi - lo);
           for (int32_t j = lo; j < hi; ++j) dst[j] = pt[j] * (dst[j] - c) * p.scale;
           WeightedRowSum(dst, k + kv_at, D, lo, hi, dqt);

@@ -121,8 +121,9 @@ TEST(AttentionOpsTest, LongRowsMatchTheReference) {
     ExpectClose(out, out_ref, "out", trial);
     for (size_t i = 0; i < np; ++i) {  // a masked key's probability is exactly 0
       const size_t row = i / (size_t(p.heads) * plane);
-      if (masked[(p.mask_per_row ? row * plane : 0) + i % plane])
+      if (masked[(p.mask_per_row ? row * plane : 0) + i % plane]) {
         ASSERT_EQ(probs[i], 0.0f) << "masked, at " << i << ", trial " << trial;
+      }
     }
     std::vector<float> dq = Random(rng, nq), dk = Random(rng, nkv), dv = Random(rng, nkv);
     std::vector<float> dq_ref(nq), dk_ref(nkv), dv_ref(nkv);
