@@ -29,6 +29,47 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, 
   }
 }
 
+// Random q, k, v and output gradient for p (its mask set): the forward and backward against the
+// reference, from outputs that start as garbage (the kernels must write every element). A masked
+// key's probability is exactly 0, and so is the output of a position that attends to nothing.
+void CheckAgainstTheReference(const AttentionProblem& p, std::mt19937& rng, int trial) {
+  const size_t plane = size_t(p.q_len) * size_t(p.kv_len);
+  const size_t nq = size_t(p.rows) * size_t(p.heads) * size_t(p.q_len) * size_t(p.head_dim);
+  const size_t nkv = size_t(p.rows) * size_t(p.kv_heads) * size_t(p.kv_len) * size_t(p.head_dim);
+  const size_t np = size_t(p.rows) * size_t(p.heads) * plane;
+  const auto q = Random(rng, nq), k = Random(rng, nkv), v = Random(rng, nkv);
+  const auto d_out = Random(rng, nq);
+  std::vector<float> out = Random(rng, nq), probs = Random(rng, np), out_ref(nq), probs_ref(np);
+  AttentionForward(p, q.data(), k.data(), v.data(), out.data(), probs.data());
+  reference::AttentionForward(p, q.data(), k.data(), v.data(), out_ref.data(), probs_ref.data());
+  ExpectClose(probs, probs_ref, "probs", trial);
+  ExpectClose(out, out_ref, "out", trial);
+  for (size_t i = 0; i < np; i += size_t(p.kv_len)) {  // i: a position's first probability
+    const size_t row = i / (size_t(p.heads) * plane);
+    const bool* m = p.masked + (p.mask_per_row ? row * plane : 0) + i % plane;
+    bool attends = false;
+    for (int32_t j = 0; j < p.kv_len; ++j) {
+      attends = attends || !m[j];
+      if (m[j]) {
+        ASSERT_EQ(probs[i + size_t(j)], 0.0f) << "masked, at " << i + size_t(j);
+      }
+    }
+    for (int32_t d = 0; d < p.head_dim && !attends; ++d) {
+      ASSERT_EQ(out[i / size_t(p.kv_len) * size_t(p.head_dim) + size_t(d)], 0.0f)
+          << "nothing attended, trial " << trial;
+    }
+  }
+  std::vector<float> dq = Random(rng, nq), dk = Random(rng, nkv), dv = Random(rng, nkv);
+  std::vector<float> dq_ref(nq), dk_ref(nkv), dv_ref(nkv);
+  AttentionBackward(p, q.data(), k.data(), v.data(), probs_ref.data(), d_out.data(), dq.data(),
+                    dk.data(), dv.data());
+  reference::AttentionBackward(p, q.data(), k.data(), v.data(), probs_ref.data(), d_out.data(),
+                               dq_ref.data(), dk_ref.data(), dv_ref.data());
+  ExpectClose(dq, dq_ref, "dq", trial);
+  ExpectClose(dk, dk_ref, "dk", trial);
+  ExpectClose(dv, dv_ref, "dv", trial);
+}
+
 TEST(AttentionOpsTest, ForwardAndBackwardMatchTheReference) {
   std::mt19937 rng(21);
   for (int trial = 0; trial < 40; ++trial) {
@@ -48,28 +89,7 @@ TEST(AttentionOpsTest, ForwardAndBackwardMatchTheReference) {
     // Query position 0 of the first plane attends to nothing.
     for (int32_t j = 0; j < p.kv_len; ++j) masked[size_t(j)] = true;
     p.masked = masked.get();
-    const size_t nq = size_t(p.rows) * size_t(p.heads) * size_t(p.q_len) * size_t(p.head_dim);
-    const size_t nkv = size_t(p.rows) * size_t(p.kv_heads) * size_t(p.kv_len) * size_t(p.head_dim);
-    const size_t np = size_t(p.rows) * size_t(p.heads) * plane;
-    const auto q = Random(rng, nq), k = Random(rng, nkv), v = Random(rng, nkv);
-    const auto d_out = Random(rng, nq);
-    // Outputs start as garbage: the kernels must write every element.
-    std::vector<float> out = Random(rng, nq), probs = Random(rng, np), out_ref(nq), probs_ref(np);
-    AttentionForward(p, q.data(), k.data(), v.data(), out.data(), probs.data());
-    reference::AttentionForward(p, q.data(), k.data(), v.data(), out_ref.data(), probs_ref.data());
-    ExpectClose(probs, probs_ref, "probs", trial);
-    ExpectClose(out, out_ref, "out", trial);
-    for (int32_t d = 0; d < p.head_dim; ++d) ASSERT_EQ(out[size_t(d)], 0.0f) << "nothing attended";
-
-    std::vector<float> dq = Random(rng, nq), dk = Random(rng, nkv), dv = Random(rng, nkv);
-    std::vector<float> dq_ref(nq), dk_ref(nkv), dv_ref(nkv);
-    AttentionBackward(p, q.data(), k.data(), v.data(), probs_ref.data(), d_out.data(), dq.data(),
-                      dk.data(), dv.data());
-    reference::AttentionBackward(p, q.data(), k.data(), v.data(), probs_ref.data(), d_out.data(),
-                                 dq_ref.data(), dk_ref.data(), dv_ref.data());
-    ExpectClose(dq, dq_ref, "dq", trial);
-    ExpectClose(dk, dk_ref, "dk", trial);
-    ExpectClose(dv, dv_ref, "dv", trial);
+    CheckAgainstTheReference(p, rng, trial);
   }
 }
 
@@ -109,31 +129,7 @@ TEST(AttentionOpsTest, LongRowsMatchTheReference) {
       for (int32_t j = 0; j < p.kv_len; ++j) masked[size_t(p.kv_len) * 3 + size_t(j)] = true;
     }
     p.masked = masked.get();
-    const size_t nq = size_t(p.rows) * size_t(p.heads) * size_t(p.q_len) * size_t(p.head_dim);
-    const size_t nkv = size_t(p.rows) * size_t(p.kv_heads) * size_t(p.kv_len) * size_t(p.head_dim);
-    const size_t np = size_t(p.rows) * size_t(p.heads) * plane;
-    const auto q = Random(rng, nq), k = Random(rng, nkv), v = Random(rng, nkv);
-    const auto d_out = Random(rng, nq);
-    std::vector<float> out = Random(rng, nq), probs = Random(rng, np), out_ref(nq), probs_ref(np);
-    AttentionForward(p, q.data(), k.data(), v.data(), out.data(), probs.data());
-    reference::AttentionForward(p, q.data(), k.data(), v.data(), out_ref.data(), probs_ref.data());
-    ExpectClose(probs, probs_ref, "probs", trial);
-    ExpectClose(out, out_ref, "out", trial);
-    for (size_t i = 0; i < np; ++i) {  // a masked key's probability is exactly 0
-      const size_t row = i / (size_t(p.heads) * plane);
-      if (masked[(p.mask_per_row ? row * plane : 0) + i % plane]) {
-        ASSERT_EQ(probs[i], 0.0f) << "masked, at " << i << ", trial " << trial;
-      }
-    }
-    std::vector<float> dq = Random(rng, nq), dk = Random(rng, nkv), dv = Random(rng, nkv);
-    std::vector<float> dq_ref(nq), dk_ref(nkv), dv_ref(nkv);
-    AttentionBackward(p, q.data(), k.data(), v.data(), probs_ref.data(), d_out.data(), dq.data(),
-                      dk.data(), dv.data());
-    reference::AttentionBackward(p, q.data(), k.data(), v.data(), probs_ref.data(), d_out.data(),
-                                 dq_ref.data(), dk_ref.data(), dv_ref.data());
-    ExpectClose(dq, dq_ref, "dq", trial);
-    ExpectClose(dk, dk_ref, "dk", trial);
-    ExpectClose(dv, dv_ref, "dv", trial);
+    CheckAgainstTheReference(p, rng, trial);
   }
 }
 
