@@ -7,12 +7,16 @@
 
 #include "kernels/cpu/vector_ops.h"
 
-// Layout of the work: per row and key/value head, its keys (forward) or values (backward) are
-// transposed once to [head_dim, kv_len], so that a query position's scores against all the keys
-// it sees are a sum of head_dim scaled key columns: vectorised across keys, with no horizontal sum
-// per key (a dot product of 32 numbers per key cost more in its reduction than in its products).
 // Each query position works only on the span of keys from its first to its last attended one
-// (half of them under a causal mask); masked keys inside the span get probability 0.
+// (half of them under a causal mask); masked keys inside the span get probability 0. Two paths:
+// - Long rows (some span of the row's mask plane has min_wide_span keys or more): per row and
+//   key/value head, its keys (forward) or values (backward) are transposed once to [head_dim,
+//   kv_len], so a position's scores against its keys are a sum of head_dim scaled key columns,
+//   vectorised across keys with no horizontal sum per key (a dot product of 32 numbers per key
+//   cost more in its reduction than in its products); the softmax vectorises; the keys' and
+//   values' gradients are summed over the head's positions in register blocks.
+// - Otherwise (and for a short span of a long row): one dot product per key, a scalar softmax,
+//   one axpy per key, which is faster for a few keys.
 
 namespace marlaas::kernels {
 namespace {
@@ -131,7 +135,8 @@ __attribute__((always_inline)) inline void AddTransposedProduct(const float* __r
              x11 = Load8(c1 + col + 8), x20 = Load8(c2 + col), x21 = Load8(c2 + col + 8),
              x30 = Load8(c3 + col), x31 = Load8(c3 + col + 8);
       for (int32_t t = 0; t < q_len; ++t) {
-        if (spans[t].lo >= j0 + 4 || spans[t].hi <= j0) continue;
+        const Span span = spans[t];
+        if (span.lo >= span.hi || span.lo >= j0 + 4 || span.hi <= j0) continue;
         const float* at = a + int64_t(t) * kv_len + j0;
         const Float8 b0 = Load8(b + int64_t(t) * d + col), b1 = Load8(b + int64_t(t) * d + col + 8);
         x00 += at[0] * b0;
@@ -235,7 +240,7 @@ MARLAAS_CLONES void AttentionForward(const AttentionProblem& p, const float* q, 
             const float inv = 1.0f / sum;
             for (int32_t j = lo; j < hi; ++j) {
               pt[j] *= inv;
-              Axpy(pt[j], v + kv_at + int64_t(j) * D, ot, D);
+              if (pt[j] != 0.0f) Axpy(pt[j], v + kv_at + int64_t(j) * D, ot, D);
             }
             continue;
           }
