@@ -9,14 +9,17 @@
 
 // Each query position works only on the span of keys from its first to its last attended one
 // (half of them under a causal mask); masked keys inside the span get probability 0. Two paths:
-// - Long rows (some span of the row's mask plane has min_wide_span keys or more): per row and
-//   key/value head, its keys (forward) or values (backward) are transposed once to [head_dim,
-//   kv_len], so a position's scores against its keys are a sum of head_dim scaled key columns,
-//   vectorised across keys with no horizontal sum per key (a dot product of 32 numbers per key
-//   cost more in its reduction than in its products); the softmax vectorises; the keys' and
-//   values' gradients are summed over the head's positions in register blocks.
-// - Otherwise (and for a short span of a long row): one dot product per key, a scalar softmax,
-//   one axpy per key, which is faster for a few keys.
+// - Long rows (the widest span of the row's mask plane has min_wide_span keys or more): per row
+//   and key/value head, its keys (forward) or values (backward) are transposed once to
+//   [head_dim, kv_len], so a position's scores against its keys are a sum of head_dim scaled key
+//   columns, vectorised across keys with no horizontal sum per key (a dot product of 32 numbers
+//   per key cost more in its reduction than in its products); the softmax vectorises; the keys'
+//   and values' gradients are summed over the head's positions in register blocks. In the
+//   forward a position of a long row whose own span is short still takes the per-key path.
+// - Otherwise: one dot product per key, a scalar softmax, one axpy per key, which is faster for a
+//   few keys.
+// Masked keys inside a long row's span enter its sums with weight 0 (the per-key path skips
+// them), as in the reference: a non-finite value or key there would spread.
 
 namespace marlaas::kernels {
 namespace {
@@ -201,13 +204,14 @@ MARLAAS_CLONES void AttentionForward(const AttentionProblem& p, const float* q, 
   const float scale = p.scale;
   const int64_t plane = int64_t(T) * S;
   std::vector<Span> spans(static_cast<size_t>(T));
-  std::vector<float> kt(static_cast<size_t>(D) * size_t(S));
-  bool wide = false;  // some span of this row's plane is wide: the keys are transposed
+  std::vector<float> kt;  // the keys transposed, once a row is wide
+  bool wide = false;      // some span of this row's plane is wide: the keys are transposed
   for (int32_t r = 0; r < p.rows; ++r) {
     const bool* mask = p.masked + (p.mask_per_row ? r * plane : 0);
     if (r == 0 || p.mask_per_row) {
       SpansOf(mask, T, S, spans.data());
       wide = WidestSpan(spans.data(), T) >= p.min_wide_span;
+      if (wide) kt.resize(size_t(D) * size_t(S));
     }
     for (int32_t kv = 0; kv < p.kv_heads; ++kv) {
       const int64_t kv_at = (int64_t(r) * p.kv_heads + kv) * S * D;
@@ -271,13 +275,17 @@ MARLAAS_CLONES void AttentionBackward(const AttentionProblem& p, const float* q,
   std::memset(dk, 0, sizeof(float) * kv_size);
   std::memset(dv, 0, sizeof(float) * kv_size);
   std::vector<Span> spans(static_cast<size_t>(T));
-  std::vector<float> vt(static_cast<size_t>(D) * size_t(S));
-  std::vector<float> ds(static_cast<size_t>(T) * size_t(S));  // a head's ds (one row if not wide)
+  std::vector<float> vt;                          // the values transposed, once a row is wide
+  std::vector<float> ds(static_cast<size_t>(S));  // a row of ds; a head's ds once a row is wide
   bool wide = false;
   for (int32_t r = 0; r < p.rows; ++r) {
     if (r == 0 || p.mask_per_row) {
       SpansOf(p.masked + (p.mask_per_row ? r * plane : 0), T, S, spans.data());
       wide = WidestSpan(spans.data(), T) >= p.min_wide_span;
+      if (wide) {
+        vt.resize(size_t(D) * size_t(S));
+        ds.resize(size_t(T) * size_t(S));
+      }
     }
     for (int32_t kv = 0; kv < p.kv_heads; ++kv) {
       const int64_t kv_at = (int64_t(r) * p.kv_heads + kv) * S * D;

@@ -1,16 +1,22 @@
 // Vector helpers shared by the CPU kernels (lora_ops.cc, attention_ops.cc, logprob_ops.cc): written
 // so the compiler vectorises them without reassociating floating-point sums (no -ffast-math), and
-// always inlined, so each kernel's target_clones build (AVX-512, AVX2, baseline) gets its own.
+// always inlined, so each kernel's target_clones build (AVX-512, AVX2 with FMA, baseline) gets its
+// own.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
-// A kernel built for AVX-512, x86-64-v3 (AVX2 with FMA: "avx2" alone leaves out FMA, which an
-// AMD Zen then runs as separate multiplies and adds) and the baseline, the best picked at load
-// time.
+// A kernel built for AVX-512, AVX2 with FMA and the baseline, the best picked at load time. GCC's
+// "avx2" target leaves out FMA (an AMD Zen then ran separate multiplies and adds), so with GCC 12
+// or later the AVX2 build is "arch=x86-64-v3" (AVX2, FMA and the rest of that level); older GCCs
+// and Clang do not take an arch= clone reliably and keep "avx2".
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
 #define MARLAAS_CLONES __attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
+#else
+#define MARLAAS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
 
 namespace marlaas::kernels {
 
@@ -30,10 +36,11 @@ __attribute__((always_inline)) inline float Dot(const float* a, const float* b, 
 
 // e^x within 2 ulp for -86.6 <= x <= 88.37. Above, the result is capped at e^88.37 (+inf is not
 // reached); below, it is e^-86.6 (2.5e-38, a normal float: never 0 or a slow subnormal). NaN gives
-// an unspecified value. Written without branches or calls, so that a loop of
-// it vectorises (std::exp is a call per element): x = n·ln 2 + r with |r| <= ln 2 / 2, e^r from
-// Cephes' degree-5 polynomial, 2^n put into the exponent bits.
+// NaN (a non-finite score stays visible, as with std::exp). Written without branches or calls, so
+// that a loop of it vectorises (std::exp is a call per element): x = n·ln 2 + r with |r| <= ln 2 /
+// 2, e^r from Cephes' degree-5 polynomial, 2^n put into the exponent bits.
 __attribute__((always_inline)) inline float Exp(float x) {
+  const float in = x;
   x = x < 88.3762626f ? x : 88.3762626f;
   x = x > -86.6f ? x : -86.6f;
   const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
@@ -49,7 +56,7 @@ __attribute__((always_inline)) inline float Exp(float x) {
   const int32_t bits = (int32_t(n) + 127) << 23;
   float two_n;
   std::memcpy(&two_n, &bits, sizeof(two_n));
-  return e * two_n;
+  return in != in ? in : e * two_n;
 }
 
 // Σ x[i] with 16 independent lanes, then a pairwise reduction (vectorises; a fixed order).

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <random>
 #include <vector>
@@ -125,11 +126,41 @@ TEST(AttentionOpsTest, LongRowsMatchTheReference) {
         }
       }
     }
-    if (trial % 4 == 3) {  // a query position that attends to nothing
-      for (int32_t j = 0; j < p.kv_len; ++j) masked[size_t(p.kv_len) * 3 + size_t(j)] = true;
+    if (trial % 4 >= 2) {  // a query position that attends to nothing, in a long row's plane
+      const size_t at = (p.mask_per_row && p.rows > 1 ? plane : 0) + size_t(p.kv_len) * 3;
+      for (int32_t j = 0; j < p.kv_len; ++j) masked[at + size_t(j)] = true;
     }
     p.masked = masked.get();
-    CheckAgainstTheReference(p, rng, trial);
+    // The kernels' choice, every span on the long-row path, every span on the per-key path.
+    for (int32_t min_wide_span : {16, 1, std::numeric_limits<int32_t>::max()}) {
+      p.min_wide_span = min_wide_span;
+      CheckAgainstTheReference(p, rng, trial);
+    }
+  }
+}
+
+// A NaN in one position's query makes that position's output NaN on either path (as with the
+// reference and std::exp), not a quiet 0 or a probability of 1; the other positions are untouched.
+TEST(AttentionOpsTest, ANaNQueryGivesThatPositionNaNOnEitherPath) {
+  for (int32_t min_wide_span : {16, std::numeric_limits<int32_t>::max()}) {
+    AttentionProblem p{1, 2, 1, 40, 40, 8, 0.35f, nullptr, false};
+    p.min_wide_span = min_wide_span;
+    std::unique_ptr<bool[]> causal(new bool[40 * 40]);
+    for (int32_t t = 0; t < 40; ++t)
+      for (int32_t j = 0; j < 40; ++j) causal[size_t(t * 40 + j)] = j > t;
+    p.masked = causal.get();
+    std::mt19937 rng(3);
+    auto q = Random(rng, 2 * 40 * 8);
+    const auto k = Random(rng, 40 * 8), v = Random(rng, 40 * 8);
+    const int32_t t_nan = 30;  // head 0, a span of 31 keys
+    q[size_t(t_nan * 8 + 2)] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> out(2 * 40 * 8), probs(2 * 40 * 40);
+    AttentionForward(p, q.data(), k.data(), v.data(), out.data(), probs.data());
+    for (int32_t d = 0; d < 8; ++d) {
+      EXPECT_TRUE(std::isnan(out[size_t(t_nan * 8 + d)])) << "min_wide_span " << min_wide_span;
+      EXPECT_TRUE(std::isfinite(out[size_t((t_nan - 1) * 8 + d)])) << min_wide_span;
+      EXPECT_TRUE(std::isfinite(out[size_t((40 + t_nan) * 8 + d)])) << min_wide_span;  // head 1
+    }
   }
 }
 
