@@ -30,7 +30,7 @@ struct PretrainOptions {
   uint64_t seed = 0;
   ModelConfig config = TinyConfig();
   // Defaults tuned for the tiny base on the built-in tasks' corpus (tasks::TinyBaseCorpus):
-  // 7-9 minutes on one core of a 2-core machine (497 s in a ctest run, 2026-12-07).
+  // 8-10 minutes on one core of a 2-core machine (497 s and 566 s in two ctest runs, 2026-12-07).
   int steps = 1800;
   int batch = 16;
   int seq_len = 128;  // the longest built-in documents (~100 tokens) fit whole
