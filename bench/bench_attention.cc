@@ -34,6 +34,7 @@ struct Row {
   // Forward + backward, best of the runs: the per-key path alone, and the kernels' own choice
   // (the long-row path for rows with a span of 16 keys or more).
   double per_key_ms, chosen_ms;
+  double largest_difference;  // between the two paths' outputs and gradients
 };
 
 double Ms(const std::function<void()>& f) {
@@ -80,7 +81,21 @@ Row Measure(const Shape& s, int runs) {
     per_key_ms = std::min(per_key_ms, Ms([&] { step(per_key); }));
     chosen_ms = std::min(chosen_ms, Ms([&] { step(p); }));
   }
-  return {s.name, per_key_ms, chosen_ms};
+  // The two paths compute the same thing: their results differ by rounding only.
+  step(per_key);
+  std::vector<float> per_key_results = out;
+  for (const auto* x : {&dq, &dk, &dv})
+    per_key_results.insert(per_key_results.end(), x->begin(), x->end());
+  step(p);
+  std::vector<float> chosen_results = out;
+  for (const auto* x : {&dq, &dk, &dv})
+    chosen_results.insert(chosen_results.end(), x->begin(), x->end());
+  double largest = 0;
+  for (size_t i = 0; i < chosen_results.size(); ++i) {
+    const double d = std::fabs(double(chosen_results[i]) - double(per_key_results[i]));
+    largest = std::isnan(d) ? 1e30 : std::max(largest, d / (1.0 + std::fabs(per_key_results[i])));
+  }
+  return {s.name, per_key_ms, chosen_ms, largest};
 }
 
 int Run(int argc, char** argv) {
@@ -104,17 +119,22 @@ int Run(int argc, char** argv) {
                 r.per_key_ms / r.chosen_ms);
   }
   auto speed_up = [&](size_t i) { return rows[i].per_key_ms / rows[i].chosen_ms; };
+  double largest_difference = 0;
+  for (const Row& r : rows) largest_difference = std::max(largest_difference, r.largest_difference);
   const std::vector<Target> targets = {
       {"pretrain_16x128: per-key / chosen time", speed_up(0), 2.0, true},
       {"train_64x64: per-key / chosen time", speed_up(1), 1.5, true},
       {rows[4].shape + ": per-key / chosen time", speed_up(4), 1.5, true},
       // Rows of 8 keep the per-key path: the same code, within noise.
       {"short_512x8: per-key / chosen time", speed_up(3), 0.85, true},
+      // Relative to 1 + |value|, over out, dq, dk and dv of every shape.
+      {"largest difference between the paths' results", largest_difference, 1e-4, false},
   };
   std::vector<std::string> objects;
   for (const Row& r : rows) {
     objects.push_back("{\"shape\":\"" + r.shape + "\",\"per_key_ms\":" + JsonNumber(r.per_key_ms) +
-                      ",\"chosen_ms\":" + JsonNumber(r.chosen_ms) + "}");
+                      ",\"chosen_ms\":" + JsonNumber(r.chosen_ms) +
+                      ",\"largest_difference\":" + JsonNumber(r.largest_difference) + "}");
   }
   return FinishBench(args, objects, targets);
 }

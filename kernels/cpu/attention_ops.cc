@@ -39,6 +39,34 @@ void SpansOf(const bool* plane, int32_t q_len, int32_t kv_len, Span* spans) {
   }
 }
 
+// Row r's mask plane and its spans, worked out again only when the row has a plane of its own,
+// and whether the row is long: its widest span has min_wide_span keys or more.
+class RowSpans {
+ public:
+  explicit RowSpans(const AttentionProblem& p) : p_(p), spans_(static_cast<size_t>(p.q_len)) {}
+
+  // Row r's plane; rows are visited in order from 0.
+  const bool* Row(int32_t r) {
+    const int64_t plane = int64_t(p_.q_len) * p_.kv_len;
+    const bool* mask = p_.masked + (p_.mask_per_row ? r * plane : 0);
+    if (r == 0 || p_.mask_per_row) {
+      SpansOf(mask, p_.q_len, p_.kv_len, spans_.data());
+      int32_t widest = 0;
+      for (const Span& s : spans_) widest = std::max(widest, s.hi - s.lo);
+      wide_ = widest >= p_.min_wide_span;
+    }
+    return mask;
+  }
+  bool wide() const { return wide_; }
+  const Span* spans() const { return spans_.data(); }
+  Span operator[](int32_t t) const { return spans_[size_t(t)]; }
+
+ private:
+  const AttentionProblem& p_;
+  std::vector<Span> spans_;
+  bool wide_ = false;
+};
+
 // xt[c][i] = x[i][c] for an [n, d] block.
 __attribute__((always_inline)) inline void Transpose(const float* x, int32_t n, int32_t d,
                                                      float* xt) {
@@ -189,13 +217,6 @@ __attribute__((always_inline)) inline void RowTimesRows(const float* a, const fl
   }
 }
 
-// The widest span of a plane.
-int32_t WidestSpan(const Span* spans, int32_t q_len) {
-  int32_t widest = 0;
-  for (int32_t t = 0; t < q_len; ++t) widest = std::max(widest, spans[t].hi - spans[t].lo);
-  return widest;
-}
-
 }  // namespace
 
 MARLAAS_CLONES void AttentionForward(const AttentionProblem& p, const float* q, const float* k,
@@ -203,23 +224,19 @@ MARLAAS_CLONES void AttentionForward(const AttentionProblem& p, const float* q, 
   const int32_t D = p.head_dim, S = p.kv_len, T = p.q_len, group = p.heads / p.kv_heads;
   const float scale = p.scale;
   const int64_t plane = int64_t(T) * S;
-  std::vector<Span> spans(static_cast<size_t>(T));
-  std::vector<float> kt;  // the keys transposed, once a row is wide
-  bool wide = false;      // some span of this row's plane is wide: the keys are transposed
+  RowSpans spans(p);
+  std::vector<float> kt;  // the keys transposed, once a row is long
   for (int32_t r = 0; r < p.rows; ++r) {
-    const bool* mask = p.masked + (p.mask_per_row ? r * plane : 0);
-    if (r == 0 || p.mask_per_row) {
-      SpansOf(mask, T, S, spans.data());
-      wide = WidestSpan(spans.data(), T) >= p.min_wide_span;
-      if (wide) kt.resize(size_t(D) * size_t(S));
-    }
+    const bool* mask = spans.Row(r);
+    const bool wide = spans.wide();
+    if (wide) kt.resize(size_t(D) * size_t(S));
     for (int32_t kv = 0; kv < p.kv_heads; ++kv) {
       const int64_t kv_at = (int64_t(r) * p.kv_heads + kv) * S * D;
       if (wide) Transpose(k + kv_at, S, D, kt.data());
       for (int32_t h = kv * group; h < (kv + 1) * group; ++h) {
         const int64_t head = int64_t(r) * p.heads + h;
         for (int32_t t = 0; t < T; ++t) {
-          const auto [lo, hi] = spans[size_t(t)];
+          const auto [lo, hi] = spans[t];
           // The mask's bytes read as bytes (bool is 0 or 1): GCC has no vector type for bool.
           const uint8_t* mt = reinterpret_cast<const uint8_t*>(mask) + int64_t(t) * S;
           float* __restrict pt = probs + head * plane + int64_t(t) * S;
@@ -274,18 +291,15 @@ MARLAAS_CLONES void AttentionBackward(const AttentionProblem& p, const float* q,
   const size_t kv_size = size_t(p.rows) * size_t(p.kv_heads) * size_t(S) * size_t(D);
   std::memset(dk, 0, sizeof(float) * kv_size);
   std::memset(dv, 0, sizeof(float) * kv_size);
-  std::vector<Span> spans(static_cast<size_t>(T));
-  std::vector<float> vt;                          // the values transposed, once a row is wide
-  std::vector<float> ds(static_cast<size_t>(S));  // a row of ds; a head's ds once a row is wide
-  bool wide = false;
+  RowSpans spans(p);
+  std::vector<float> vt;                          // the values transposed, once a row is long
+  std::vector<float> ds(static_cast<size_t>(S));  // a row of ds; a head's ds once a row is long
   for (int32_t r = 0; r < p.rows; ++r) {
-    if (r == 0 || p.mask_per_row) {
-      SpansOf(p.masked + (p.mask_per_row ? r * plane : 0), T, S, spans.data());
-      wide = WidestSpan(spans.data(), T) >= p.min_wide_span;
-      if (wide) {
-        vt.resize(size_t(D) * size_t(S));
-        ds.resize(size_t(T) * size_t(S));
-      }
+    spans.Row(r);
+    const bool wide = spans.wide();
+    if (wide) {
+      vt.resize(size_t(D) * size_t(S));
+      ds.resize(size_t(T) * size_t(S));
     }
     for (int32_t kv = 0; kv < p.kv_heads; ++kv) {
       const int64_t kv_at = (int64_t(r) * p.kv_heads + kv) * S * D;
@@ -293,7 +307,7 @@ MARLAAS_CLONES void AttentionBackward(const AttentionProblem& p, const float* q,
       for (int32_t h = kv * group; h < (kv + 1) * group; ++h) {
         const int64_t head = int64_t(r) * p.heads + h;
         for (int32_t t = 0; t < T; ++t) {
-          const auto [lo, hi] = spans[size_t(t)];
+          const auto [lo, hi] = spans[t];
           const float* qt = q + (head * T + t) * D;
           const float* gt = d_out + (head * T + t) * D;
           const float* pt = probs + head * plane + int64_t(t) * S;
@@ -328,8 +342,8 @@ MARLAAS_CLONES void AttentionBackward(const AttentionProblem& p, const float* q,
           std::memset(dst + hi, 0, sizeof(float) * size_t(S - hi));
         }
         if (wide) {
-          AddTransposedProduct(ds.data(), q + head * T * D, spans.data(), T, S, D, dk + kv_at);
-          AddTransposedProduct(probs + head * plane, d_out + head * T * D, spans.data(), T, S, D,
+          AddTransposedProduct(ds.data(), q + head * T * D, spans.spans(), T, S, D, dk + kv_at);
+          AddTransposedProduct(probs + head * plane, d_out + head * T * D, spans.spans(), T, S, D,
                                dv + kv_at);
         }
       }
