@@ -73,6 +73,22 @@ __attribute__((always_inline)) inline float Sum(const float* x, int32_t n) {
   return acc[0];
 }
 
+// Σ e^(x[i]·scale − shift) with 16 independent lanes (Exp's range and NaN rules hold for each
+// term), then a pairwise reduction: one vectorised pass, nothing written.
+__attribute__((always_inline)) inline float SumExp(const float* x, int32_t n, float scale,
+                                                   float shift) {
+  float acc[16] = {0};
+  int32_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int l = 0; l < 16; ++l) acc[l] += Exp(x[i + l] * scale - shift);
+  }
+  for (int l = 0; i < n; ++i, ++l) acc[l] += Exp(x[i] * scale - shift);
+  for (int w = 8; w > 0; w /= 2) {
+    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+  }
+  return acc[0];
+}
+
 // max_i x[i] (-inf for n = 0), the same way; NaNs are passed over.
 __attribute__((always_inline)) inline float Max(const float* x, int32_t n) {
   float acc[16];
