@@ -1,12 +1,13 @@
-#include "model/sampler.h"
-
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <vector>
 
-namespace marlaas::model {
+#include "model/sampler.h"
 
+namespace marlaas::model::reference {
+
+// The definition SampleToken must match token for token: every candidate sorted, then cut.
 Sampled SampleToken(const float* logits, int32_t vocab, const SamplingParams& p, SamplerRng* rng) {
   const double inv_t = p.greedy ? 1.0 : 1.0 / double(p.temperature);
   double m = -INFINITY;
@@ -31,9 +32,7 @@ Sampled SampleToken(const float* logits, int32_t vocab, const SamplingParams& p,
   const bool truncate = (p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.0f;
   size_t keep = order.size();
   if (truncate) {
-    auto by_prob = [&](int32_t a, int32_t b) {
-      return prob[size_t(a)] != prob[size_t(b)] ? prob[size_t(a)] > prob[size_t(b)] : a < b;
-    };
+    auto by_prob = [&](int32_t a, int32_t b) { return ProbabilityOrder(prob.data(), a, b); };
     std::sort(order.begin(), order.end(), by_prob);
     if (p.top_k > 0) keep = std::min(keep, size_t(p.top_k));
     if (p.top_p < 1.0f) {
@@ -57,4 +56,4 @@ Sampled SampleToken(const float* logits, int32_t vocab, const SamplingParams& p,
   return {order[keep - 1], logprob(order[keep - 1])};  // rounding left a sliver of mass
 }
 
-}  // namespace marlaas::model
+}  // namespace marlaas::model::reference

@@ -1,5 +1,5 @@
-// Generation: KV-cache steps against full recomputation, continuous batching independence, and
-// the sampler's distribution and behaviour log-probs.
+// Generation: KV-cache steps against full recomputation, continuous batching independence and
+// behaviour log-probs (the sampler itself: sampler_test.cc).
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
@@ -556,46 +556,6 @@ TEST(GenerationTest, ARemovedSequenceHandsOverItsTokensAndContinuesFromThem) {
   std::vector<int32_t> joined = part->tokens;
   joined.insert(joined.end(), tail.tokens.begin(), tail.tokens.end());
   EXPECT_EQ(joined, want.tokens);
-}
-
-// The sampler's empirical distribution matches softmax(logits / T), truncation is respected, and
-// the reported log-prob is the untruncated temperature-scaled one.
-TEST(SamplerTest, SamplesFollowTheTemperatureScaledDistribution) {
-  const std::vector<float> logits = {2.0f, 1.0f, 0.5f, -1.0f, 0.0f};
-  SamplingParams p;
-  p.temperature = 0.7f;
-  SamplerRng rng(5);
-  std::vector<double> want(logits.size());
-  double z = 0;
-  for (size_t v = 0; v < logits.size(); ++v) z += want[v] = std::exp(logits[v] / 0.7);
-  for (auto& x : want) x /= z;
-  std::vector<int> hits(logits.size());
-  const int n = 200000;
-  for (int i = 0; i < n; ++i) {
-    Sampled s = SampleToken(logits.data(), 5, p, &rng);
-    ++hits[size_t(s.token)];
-    ASSERT_NEAR(s.logprob, std::log(want[size_t(s.token)]), 1e-5);
-  }
-  for (size_t v = 0; v < logits.size(); ++v) {
-    EXPECT_NEAR(double(hits[v]) / n, want[v], 0.005) << "token " << v;
-  }
-  // Under truncation the reported log-prob is still log softmax(logits / T) over the whole
-  // vocabulary, not the log of the renormalised truncated distribution.
-  p.top_k = 2;
-  for (int i = 0; i < 2000; ++i) {
-    Sampled s = SampleToken(logits.data(), 5, p, &rng);
-    ASSERT_LT(s.token, 2);
-    ASSERT_NEAR(s.logprob, std::log(want[size_t(s.token)]), 1e-5) << "top-k, token " << s.token;
-  }
-  p.top_k = 0;
-  p.top_p = 0.5f;  // token 0 alone holds more than half the mass at T = 0.7
-  for (int i = 0; i < 2000; ++i) {
-    Sampled s = SampleToken(logits.data(), 5, p, &rng);
-    ASSERT_EQ(s.token, 0);
-    ASSERT_NEAR(s.logprob, std::log(want[0]), 1e-5) << "top-p";
-  }
-  p.greedy = true;
-  EXPECT_EQ(SampleToken(logits.data(), 5, p, &rng).token, 0);
 }
 
 }  // namespace

@@ -1,0 +1,112 @@
+#include "model/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+namespace marlaas::model {
+namespace {
+
+// How many tokens the cut keeps, given that `order` holds the n most probable tokens (in any
+// order), or 0 when that takes more than n: top_k keeps at most `limit`, top_p the fewest whose
+// probability reaches it (summed in ProbabilityOrder, as the reference does); they end up sorted
+// at the front of `order`. Sorts in rounds: each selects the next tokens from the unsorted rest
+// (nth_element) and sorts only those, which leaves the prefix a full sort would give (the order
+// is strict and total). A round takes at least twice as many tokens as are sorted, and at least
+// as many as the mass still missing needs (no unsorted token is more probable than the last
+// sorted one).
+size_t CutWithin(const double* prob, double sum, const SamplingParams& p, size_t limit,
+                 std::vector<int32_t>* order) {
+  auto by_prob = [prob](int32_t a, int32_t b) { return ProbabilityOrder(prob, a, b); };
+  auto at = [order](size_t i) { return order->begin() + std::ptrdiff_t(i); };
+  const size_t n = order->size();
+  if (p.top_p >= 1.0f) {  // top-k alone: one selection and one sort
+    if (n < limit) return 0;
+    if (limit < n) std::nth_element(at(0), at(limit), order->end(), by_prob);
+    std::sort(at(0), at(limit), by_prob);
+    return limit;
+  }
+  const size_t end = std::min(limit, n);
+  double cum = 0;
+  size_t sorted = 0;
+  for (size_t next = std::min(end, size_t(64)); sorted < end;) {
+    if (next < n) std::nth_element(at(sorted), at(next), order->end(), by_prob);
+    std::sort(at(sorted), at(next), by_prob);
+    for (; sorted < next; ++sorted) {
+      cum += prob[(*order)[sorted]] / sum;
+      if (cum >= double(p.top_p)) return sorted + 1;
+    }
+    const double last = prob[(*order)[sorted - 1]] / sum;
+    const double more = (double(p.top_p) - cum) / std::max(last, 1e-300);
+    const double want = std::max(double(2 * sorted), double(sorted) + more);
+    next = want >= double(end) ? end : size_t(want);
+  }
+  return n >= limit ? limit : 0;
+}
+
+// The top-k/top-p cut: its tokens, most probable first, in order[0, keep); returns keep. A token
+// far below the most probable one (whose probability is 1: e^0) cannot be in a cut that the
+// tokens above it already fill, so the candidates are first those of at least 1e-3, then 1e-6,
+// then every token: a language model's cut is sorted out of a few hundred tokens, not the whole
+// vocabulary. Every token left out ranks below every candidate, so a cut that the candidates
+// hold is the top of the full order: the reference's.
+size_t Cut(const double* prob, double sum, const SamplingParams& p, int32_t vocab,
+           std::vector<int32_t>* order) {
+  const size_t limit = p.top_k > 0 && p.top_k < vocab ? size_t(p.top_k) : size_t(vocab);
+  for (double floor : {1e-3, 1e-6, 0.0}) {
+    order->clear();
+    for (int32_t v = 0; v < vocab; ++v) {
+      if (floor == 0.0 || prob[v] >= floor) order->push_back(v);  // NaNs only with the last
+    }
+    if (const size_t keep = CutWithin(prob, sum, p, limit, order); keep > 0) return keep;
+  }
+  return limit;  // not reached: with every token a candidate, CutWithin decides
+}
+
+}  // namespace
+
+Sampled SampleToken(const float* logits, int32_t vocab, const SamplingParams& p, SamplerRng* rng) {
+  const double inv_t = p.greedy ? 1.0 : 1.0 / double(p.temperature);
+  double m = -INFINITY;
+  int32_t argmax = 0;
+  for (int32_t v = 0; v < vocab; ++v) {
+    if (logits[v] > m) {
+      m = logits[v];
+      argmax = v;
+    }
+  }
+  // Per-thread scratch: a 152k vocabulary's probabilities are 1.2 MB, not allocated per token.
+  thread_local std::vector<double> prob_scratch;
+  thread_local std::vector<int32_t> order;
+  prob_scratch.resize(size_t(vocab));
+  double* prob = prob_scratch.data();
+  double sum = 0;
+  for (int32_t v = 0; v < vocab; ++v) sum += prob[v] = std::exp((logits[v] - m) * inv_t);
+  const double log_z = std::log(sum);
+  auto logprob = [&](int32_t v) { return float((logits[v] - m) * inv_t - log_z); };
+  if (p.greedy) return {argmax, logprob(argmax)};
+
+  const bool truncate = (p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.0f;
+  if (!truncate) {
+    // Every token in id order; their mass is `sum`, added in the same order.
+    double u = rng->Uniform() * sum;
+    for (int32_t v = 0; v < vocab; ++v) {
+      u -= prob[v];
+      if (u <= 0) return {v, logprob(v)};
+    }
+    return {vocab - 1, logprob(vocab - 1)};  // rounding left a sliver of mass
+  }
+  order.reserve(size_t(vocab));
+  const size_t keep = Cut(prob, sum, p, vocab, &order);
+  double mass = 0;
+  for (size_t i = 0; i < keep; ++i) mass += prob[order[i]];
+  double u = rng->Uniform() * mass;
+  for (size_t i = 0; i < keep; ++i) {
+    u -= prob[order[i]];
+    if (u <= 0) return {order[i], logprob(order[i])};
+  }
+  return {order[keep - 1], logprob(order[keep - 1])};  // rounding left a sliver of mass
+}
+
+}  // namespace marlaas::model
