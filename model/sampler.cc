@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <vector>
+
+#include "kernels/sampling_ops.h"
 
 namespace marlaas::model {
 namespace {
@@ -16,7 +17,7 @@ namespace {
 // is strict and total). A round takes at least twice as many tokens as are sorted, and at least
 // as many as the mass still missing needs (no unsorted token is more probable than the last
 // sorted one).
-size_t CutWithin(const double* prob, double sum, const SamplingParams& p, size_t limit,
+size_t CutWithin(const float* prob, double sum, const SamplingParams& p, size_t limit,
                  std::vector<int32_t>* order) {
   auto by_prob = [prob](int32_t a, int32_t b) { return ProbabilityOrder(prob, a, b); };
   auto at = [order](size_t i) { return order->begin() + std::ptrdiff_t(i); };
@@ -51,7 +52,7 @@ size_t CutWithin(const double* prob, double sum, const SamplingParams& p, size_t
 // then every token: a language model's cut is sorted out of a few hundred tokens, not the whole
 // vocabulary. Every token left out ranks below every candidate, so a cut that the candidates
 // hold is the top of the full order: the reference's.
-size_t Cut(const double* prob, double sum, const SamplingParams& p, int32_t vocab,
+size_t Cut(const float* prob, double sum, const SamplingParams& p, int32_t vocab,
            std::vector<int32_t>* order) {
   const size_t limit = p.top_k > 0 && p.top_k < vocab ? size_t(p.top_k) : size_t(vocab);
   for (double floor : {1e-3, 1e-6, 0.0}) {
@@ -68,29 +69,20 @@ size_t Cut(const double* prob, double sum, const SamplingParams& p, int32_t voca
 
 Sampled SampleToken(const float* logits, int32_t vocab, const SamplingParams& p, SamplerRng* rng) {
   const double inv_t = p.greedy ? 1.0 : 1.0 / double(p.temperature);
-  double m = -INFINITY;
-  int32_t argmax = 0;
-  for (int32_t v = 0; v < vocab; ++v) {
-    if (logits[v] > m) {
-      m = logits[v];
-      argmax = v;
-    }
-  }
-  // Per-thread scratch: a 152k vocabulary's probabilities are 1.2 MB, not allocated per token.
-  thread_local std::vector<double> prob_scratch;
+  // Per-thread scratch: a 152k vocabulary's weights are 0.6 MB, not allocated per token.
+  thread_local std::vector<float> prob_scratch;
   thread_local std::vector<int32_t> order;
   prob_scratch.resize(size_t(vocab));
-  double* prob = prob_scratch.data();
-  double sum = 0;
-  for (int32_t v = 0; v < vocab; ++v) sum += prob[v] = std::exp((logits[v] - m) * inv_t);
-  const double log_z = std::log(sum);
+  float* prob = prob_scratch.data();
+  const kernels::SamplingWeights w =
+      kernels::ComputeSamplingWeights(logits, vocab, float(inv_t), prob);
+  const double m = w.max, sum = w.sum, log_z = std::log(sum);
   auto logprob = [&](int32_t v) { return float((logits[v] - m) * inv_t - log_z); };
-  if (p.greedy) return {argmax, logprob(argmax)};
+  if (p.greedy) return {w.argmax, logprob(w.argmax)};
 
   const bool truncate = (p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.0f;
   if (!truncate) {
-    // Every token in id order; their mass is `sum`, added in the same order.
-    double u = rng->Uniform() * sum;
+    double u = rng->Uniform() * sum;  // every token, in id order
     for (int32_t v = 0; v < vocab; ++v) {
       u -= prob[v];
       if (u <= 0) return {v, logprob(v)};

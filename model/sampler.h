@@ -6,6 +6,10 @@
 // temperature-scaled policy before top-k/top-p truncation (kernels/logprob_ops.h computes the
 // same function). With top_k = 0 and top_p = 1 (the defaults) it is exactly the distribution
 // sampled from. Greedy rows record the log-prob at temperature 1.
+//
+// The draw uses the weights of kernels/sampling_ops.h (float, e^((x − max)/T), vectorised): a
+// token whose weight is below e^-87 of the most probable one's (a -inf logit included) is never
+// drawn; the log-prob itself is computed from the logit in double.
 #pragma once
 
 #include <cstdint>
@@ -37,21 +41,22 @@ struct Sampled {
 
 // Samples from one row of `vocab` logits. Top-k/top-p candidates are the most probable tokens,
 // ties by token id; only as many as the cut needs are sorted (a full sort of a 152k vocabulary
-// cost milliseconds per token), so the result is token for token reference::SampleToken's. A NaN
-// logit ranks below every number and leaves the row's probabilities NaN: the pick is then a
-// well-defined token with a NaN log-prob, never undefined behaviour.
+// cost tens of milliseconds per token), so the result is token for token
+// reference::SampleToken's. A NaN logit ranks below every number and leaves the row's weights'
+// sum NaN: the pick is then a well-defined token with a NaN log-prob, never undefined behaviour.
 Sampled SampleToken(const float* logits, int32_t vocab, const SamplingParams& params,
                     SamplerRng* rng);
 
 // The candidates' order: more probable first, ties (and NaNs, which rank last) by token id.
-inline bool ProbabilityOrder(const double* prob, int32_t a, int32_t b) {
-  const double pa = prob[a] == prob[a] ? prob[a] : -1.0;
-  const double pb = prob[b] == prob[b] ? prob[b] : -1.0;
+inline bool ProbabilityOrder(const float* prob, int32_t a, int32_t b) {
+  const float pa = prob[a] == prob[a] ? prob[a] : -1.0f;
+  const float pb = prob[b] == prob[b] ? prob[b] : -1.0f;
   return pa != pb ? pa > pb : a < b;
 }
 
 namespace reference {
-// The plain definition: every token sorted by ProbabilityOrder, then cut (tests and benchmarks).
+// The plain definition: the same weights, every token sorted by ProbabilityOrder, then cut (tests
+// and benchmarks).
 Sampled SampleToken(const float* logits, int32_t vocab, const SamplingParams& params,
                     SamplerRng* rng);
 }  // namespace reference

@@ -3,34 +3,30 @@
 #include <numeric>
 #include <vector>
 
+#include "kernels/sampling_ops.h"
 #include "model/sampler.h"
 
 namespace marlaas::model::reference {
 
-// The definition SampleToken must match token for token: every candidate sorted, then cut.
+// The definition SampleToken must match token for token: the same weights (the kernel's; it is
+// checked against its own reference in kernels_test), every candidate sorted, then cut.
 Sampled SampleToken(const float* logits, int32_t vocab, const SamplingParams& p, SamplerRng* rng) {
   const double inv_t = p.greedy ? 1.0 : 1.0 / double(p.temperature);
-  double m = -INFINITY;
-  int32_t argmax = 0;
-  for (int32_t v = 0; v < vocab; ++v) {
-    if (logits[v] > m) {
-      m = logits[v];
-      argmax = v;
-    }
-  }
-  std::vector<double> prob(static_cast<size_t>(vocab));
-  double sum = 0;
-  for (int32_t v = 0; v < vocab; ++v) sum += prob[size_t(v)] = std::exp((logits[v] - m) * inv_t);
-  const double log_z = std::log(sum);
+  std::vector<float> prob(static_cast<size_t>(vocab));
+  const kernels::SamplingWeights w =
+      kernels::ComputeSamplingWeights(logits, vocab, float(inv_t), prob.data());
+  const double m = w.max, sum = w.sum, log_z = std::log(sum);
   auto logprob = [&](int32_t v) { return float((logits[v] - m) * inv_t - log_z); };
-  if (p.greedy) return {argmax, logprob(argmax)};
+  if (p.greedy) return {w.argmax, logprob(w.argmax)};
 
   // Candidate set after top-k and top-p, in descending probability (ties by token id, so the
-  // order — and the sample — is deterministic).
+  // order — and the sample — is deterministic). Without a cut, every token in id order and the
+  // weights' sum as their mass.
   std::vector<int32_t> order(static_cast<size_t>(vocab));
   std::iota(order.begin(), order.end(), 0);
   const bool truncate = (p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.0f;
   size_t keep = order.size();
+  double mass = sum;
   if (truncate) {
     auto by_prob = [&](int32_t a, int32_t b) { return ProbabilityOrder(prob.data(), a, b); };
     std::sort(order.begin(), order.end(), by_prob);
@@ -45,9 +41,9 @@ Sampled SampleToken(const float* logits, int32_t vocab, const SamplingParams& p,
         }
       }
     }
+    mass = 0;
+    for (size_t i = 0; i < keep; ++i) mass += prob[size_t(order[i])];
   }
-  double mass = 0;
-  for (size_t i = 0; i < keep; ++i) mass += prob[size_t(order[i])];
   double u = rng->Uniform() * mass;
   for (size_t i = 0; i < keep; ++i) {
     u -= prob[size_t(order[i])];
