@@ -17,7 +17,7 @@ SamplingWeights ComputeSamplingWeights(const float* logits, int32_t n, float inv
   double sum = 0;
   for (int32_t v = 0; v < n; ++v) {
     const double z = (double(logits[v]) - m) * inv_temperature;
-    w[v] = z < -87.0 ? 0.0f : float(std::exp(z));
+    w[v] = z < -86.6 ? 0.0f : float(std::exp(z));
     sum += w[v];
   }
   return {m, argmax, sum};

@@ -67,6 +67,22 @@ size_t Cut(const float* prob, double sum, const SamplingParams& p, int32_t vocab
 
 }  // namespace
 
+int32_t DrawToken(const float* w, const int32_t* order, size_t n, double u) {
+  auto walk = [&](auto token_at) {
+    int32_t last = token_at(n - 1);
+    for (size_t i = 0; i < n; ++i) {
+      const int32_t t = token_at(i);
+      if (!(w[t] > 0)) continue;
+      u -= double(w[t]);
+      if (u <= 0) return t;
+      last = t;
+    }
+    return last;
+  };
+  if (order == nullptr) return walk([](size_t i) { return int32_t(i); });
+  return walk([order](size_t i) { return order[i]; });
+}
+
 Sampled SampleToken(const float* logits, int32_t vocab, const SamplingParams& p, SamplerRng* rng) {
   const double inv_t = p.greedy ? 1.0 : 1.0 / double(p.temperature);
   // Per-thread scratch: a 152k vocabulary's weights are 0.6 MB, not allocated per token.
@@ -81,24 +97,16 @@ Sampled SampleToken(const float* logits, int32_t vocab, const SamplingParams& p,
   if (p.greedy) return {w.argmax, logprob(w.argmax)};
 
   const bool truncate = (p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.0f;
-  if (!truncate) {
-    double u = rng->Uniform() * sum;  // every token, in id order
-    for (int32_t v = 0; v < vocab; ++v) {
-      u -= prob[v];
-      if (u <= 0) return {v, logprob(v)};
-    }
-    return {vocab - 1, logprob(vocab - 1)};  // rounding left a sliver of mass
+  if (!truncate) {  // every token, in id order
+    const int32_t t = DrawToken(prob, nullptr, size_t(vocab), rng->Uniform() * sum);
+    return {t, logprob(t)};
   }
   order.reserve(size_t(vocab));
   const size_t keep = Cut(prob, sum, p, vocab, &order);
   double mass = 0;
   for (size_t i = 0; i < keep; ++i) mass += prob[order[i]];
-  double u = rng->Uniform() * mass;
-  for (size_t i = 0; i < keep; ++i) {
-    u -= prob[order[i]];
-    if (u <= 0) return {order[i], logprob(order[i])};
-  }
-  return {order[keep - 1], logprob(order[keep - 1])};  // rounding left a sliver of mass
+  const int32_t t = DrawToken(prob, order.data(), keep, rng->Uniform() * mass);
+  return {t, logprob(t)};
 }
 
 }  // namespace marlaas::model

@@ -4,12 +4,14 @@
 // Behaviour log-prob (what the trainer's importance ratio divides by): the log-probability of
 // the sampled token under softmax(logits / temperature) over the whole vocabulary, i.e. the
 // temperature-scaled policy before top-k/top-p truncation (kernels/logprob_ops.h computes the
-// same function). With top_k = 0 and top_p = 1 (the defaults) it is exactly the distribution
-// sampled from. Greedy rows record the log-prob at temperature 1.
+// same function). With top_k = 0 and top_p = 1 (the defaults) it is the distribution sampled
+// from, to the float rounding of the weights below. Greedy rows record the log-prob at
+// temperature 1.
 //
 // The draw uses the weights of kernels/sampling_ops.h (float, e^((x − max)/T), vectorised): a
-// token whose weight is below e^-87 of the most probable one's (a -inf logit included) is never
-// drawn; the log-prob itself is computed from the logit in double.
+// token more than 86.6 below the most probable one after the temperature (a -inf logit
+// included) has weight 0 and is never drawn; the log-prob itself is computed from the logit in
+// double.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +48,13 @@ struct Sampled {
 // sum NaN: the pick is then a well-defined token with a NaN log-prob, never undefined behaviour.
 Sampled SampleToken(const float* logits, int32_t vocab, const SamplingParams& params,
                     SamplerRng* rng);
+
+// The draw: walks n tokens (ids order[i], or i when order is null) with weights w, subtracting
+// each positive weight from u (a uniform draw times their total) and returning the token at which
+// u reaches 0. A token of weight 0 or NaN is never returned while any has a positive weight; when
+// rounding leaves u above 0 after the last token, the last of positive weight is returned; with
+// no positive weight at all, the last token. n >= 1.
+int32_t DrawToken(const float* w, const int32_t* order, size_t n, double u);
 
 // The candidates' order: more probable first, ties (and NaNs, which rank last) by token id.
 inline bool ProbabilityOrder(const float* prob, int32_t a, int32_t b) {

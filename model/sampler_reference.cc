@@ -44,12 +44,8 @@ Sampled SampleToken(const float* logits, int32_t vocab, const SamplingParams& p,
     mass = 0;
     for (size_t i = 0; i < keep; ++i) mass += prob[size_t(order[i])];
   }
-  double u = rng->Uniform() * mass;
-  for (size_t i = 0; i < keep; ++i) {
-    u -= prob[size_t(order[i])];
-    if (u <= 0) return {order[i], logprob(order[i])};
-  }
-  return {order[keep - 1], logprob(order[keep - 1])};  // rounding left a sliver of mass
+  const int32_t t = DrawToken(prob.data(), order.data(), keep, rng->Uniform() * mass);
+  return {t, logprob(t)};
 }
 
 }  // namespace marlaas::model::reference

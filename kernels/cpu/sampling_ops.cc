@@ -1,6 +1,5 @@
 #include "kernels/sampling_ops.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/vector_ops.h"
@@ -14,18 +13,14 @@ MARLAAS_CLONES SamplingWeights ComputeSamplingWeights(const float* logits, int32
   if (m > -INFINITY) {
     while (!(logits[argmax] == m)) ++argmax;
   }
-  double sum = 0;
-  for (int32_t b = 0; b < n; b += 4096) {
-    const int32_t e = std::min(n, b + 4096);
-    // (x − max)·inv, not x·inv − max·inv, which FMA contraction would leave non-zero for the
-    // maximum itself: its weight is exactly 1. The select (between a constant and a computed
-    // value) vectorises with -fno-trapping-math.
-    for (int32_t v = b; v < e; ++v) {
-      const float z = (logits[v] - m) * inv_temperature;
-      w[v] = z < -87.0f ? 0.0f : Exp(z);
-    }
-    sum += Sum(w + b, e - b);
+  // (x − max)·inv, not x·inv − max·inv, which FMA contraction would leave non-zero for the
+  // maximum itself: its weight is exactly 1. Exp covers down to -86.6 and no further; the select
+  // (between a constant and a computed value) vectorises with -fno-trapping-math.
+  for (int32_t v = 0; v < n; ++v) {
+    const float z = (logits[v] - m) * inv_temperature;
+    w[v] = z < -86.6f ? 0.0f : Exp(z);
   }
+  const double sum = SumAsDouble(w, n);
   return {m, argmax, sum};
 }
 

@@ -1,4 +1,5 @@
-// Vector helpers shared by the CPU kernels (lora_ops.cc, attention_ops.cc, logprob_ops.cc): written
+// Vector helpers shared by the CPU kernels (lora_ops.cc, attention_ops.cc, logprob_ops.cc,
+// sampling_ops.cc): written
 // so the compiler vectorises them without reassociating floating-point sums (no -ffast-math), and
 // always inlined, so each kernel's target_clones build (AVX-512, AVX2 with FMA, baseline) gets its
 // own.
@@ -73,16 +74,31 @@ __attribute__((always_inline)) inline float Sum(const float* x, int32_t n) {
   return acc[0];
 }
 
-// Σ e^(x[i]·scale − shift) with 16 independent lanes (Exp's range and NaN rules hold for each
-// term), then a pairwise reduction: one vectorised pass, nothing written.
-__attribute__((always_inline)) inline float SumExp(const float* x, int32_t n, float scale,
-                                                   float shift) {
-  float acc[16] = {0};
+// Σ e^(x[i]·scale − shift), the terms (Exp's range and NaN rules hold for each) added in 16
+// double lanes and then pairwise: one vectorised pass, nothing written. Float lanes lost up to
+// 1.4e-5 of a sum whose large terms share a lane with many small ones.
+__attribute__((always_inline)) inline double SumExp(const float* x, int32_t n, float scale,
+                                                    float shift) {
+  double acc[16] = {0};
   int32_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    for (int l = 0; l < 16; ++l) acc[l] += Exp(x[i + l] * scale - shift);
+    for (int l = 0; l < 16; ++l) acc[l] += double(Exp(x[i + l] * scale - shift));
   }
-  for (int l = 0; i < n; ++i, ++l) acc[l] += Exp(x[i] * scale - shift);
+  for (int l = 0; i < n; ++i, ++l) acc[l] += double(Exp(x[i] * scale - shift));
+  for (int w = 8; w > 0; w /= 2) {
+    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+  }
+  return acc[0];
+}
+
+// Σ x[i] in 16 double lanes, then pairwise (vectorises; within about n·1e-16 relative).
+__attribute__((always_inline)) inline double SumAsDouble(const float* x, int32_t n) {
+  double acc[16] = {0};
+  int32_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int l = 0; l < 16; ++l) acc[l] += double(x[i + l]);
+  }
+  for (int l = 0; i < n; ++i, ++l) acc[l] += double(x[i]);
   for (int w = 8; w > 0; w /= 2) {
     for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
   }

@@ -124,6 +124,41 @@ TEST(SamplerTest, PicksTheReferencesTokensAtEveryCut) {
   }
 }
 
+// The draw both samplers share, on weights with zeros and a NaN, in id order and in a given order.
+TEST(SamplerTest, TheDrawNeverReturnsATokenOfWeightZero) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> w = {0.0f, 2.0f, 0.0f, 1.0f, nan, 0.0f};
+  EXPECT_EQ(DrawToken(w.data(), nullptr, 6, 0.0), 1);  // u = 0: not token 0, of weight 0
+  EXPECT_EQ(DrawToken(w.data(), nullptr, 6, 2.0), 1);  // reaches 0 exactly at token 1
+  EXPECT_EQ(DrawToken(w.data(), nullptr, 6, 2.5), 3);
+  EXPECT_EQ(DrawToken(w.data(), nullptr, 6, 3.0), 3);
+  EXPECT_EQ(DrawToken(w.data(), nullptr, 6, 3.0 + 1e-9), 3);  // rounding left mass: the last
+  EXPECT_EQ(DrawToken(w.data(), nullptr, 6, 100.0), 3);       // of positive weight, not 4 or 5
+  const std::vector<int32_t> order = {5, 3, 2, 1};
+  EXPECT_EQ(DrawToken(w.data(), order.data(), 4, 0.5), 3);
+  EXPECT_EQ(DrawToken(w.data(), order.data(), 4, 1.5), 1);
+  EXPECT_EQ(DrawToken(w.data(), order.data(), 4, 50.0), 1);
+  const std::vector<float> none = {0.0f, nan, 0.0f};
+  EXPECT_EQ(DrawToken(none.data(), nullptr, 3, 0.3), 2);  // nothing positive: the last token
+}
+
+// Masked tokens (-inf logits) at the end of a row whose other weights are one large and thousands
+// tiny ones (where a float sum of the weights was 7.6e-6 too high, and the draw ran past the
+// last real token into the masked ones 9 times in a million): never drawn, with or without a cut.
+TEST(SamplerTest, AMaskedTokenIsNeverDrawn) {
+  std::vector<float> logits(4100, std::log(0.75f * 1.1920929e-7f));
+  logits[0] = 0.0f;
+  for (size_t v = 4096; v < 4100; ++v) logits[v] = -std::numeric_limits<float>::infinity();
+  for (int32_t k : {0, 4099}) {
+    SamplingParams p;
+    p.top_k = k;
+    SamplerRng rng(11);
+    for (int i = 0; i < (k == 0 ? 5000 : 1000); ++i) {
+      ASSERT_LT(SampleToken(logits.data(), 4100, p, &rng).token, 4096) << "draw " << i;
+    }
+  }
+}
+
 // A NaN logit (a model that diverged) gives a defined token on both, never a sort with an
 // inconsistent order (undefined behaviour in std::sort).
 TEST(SamplerTest, ANaNLogitGivesTheReferencesTokenAndANaNLogprob) {
