@@ -14,8 +14,8 @@ namespace {
 // probability reaches it (summed in ProbabilityOrder, as the reference does); they end up sorted
 // at the front of `order`. Sorts in rounds: each selects the next tokens from the unsorted rest
 // (nth_element) and sorts only those, which leaves the prefix a full sort would give (the order
-// is strict and total). A round takes at least twice as many tokens as are sorted, and at least
-// as many as the mass still missing needs (no unsorted token is more probable than the last
+// is strict and total). Each round at least doubles the sorted prefix and takes at least as many
+// tokens as the mass still missing needs (no unsorted token is more probable than the last
 // sorted one).
 size_t CutWithin(const float* prob, double sum, const SamplingParams& p, size_t limit,
                  std::vector<int32_t>* order) {
@@ -47,8 +47,8 @@ size_t CutWithin(const float* prob, double sum, const SamplingParams& p, size_t 
 }
 
 // The top-k/top-p cut: its tokens, most probable first, in order[0, keep); returns keep. A token
-// far below the most probable one (whose probability is 1: e^0) cannot be in a cut that the
-// tokens above it already fill, so the candidates are first those of at least 1e-3, then 1e-6,
+// far below the most probable one (whose weight is 1: e^0) cannot be in a cut that the tokens
+// above it already fill, so the candidates are first those of weight at least 1e-3, then 1e-6,
 // then every token: a language model's cut is sorted out of a few hundred tokens, not the whole
 // vocabulary. Every token left out ranks below every candidate, so a cut that the candidates
 // hold is the top of the full order: the reference's.

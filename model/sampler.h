@@ -14,6 +14,7 @@
 // double.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <random>
 
