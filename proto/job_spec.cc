@@ -235,8 +235,10 @@ Status ValidateJobSpec(const pb::JobSpec& s) {
   MARLAAS_RETURN_IF_ERROR(
       FloatRange(g.has_kl_beta(), g.kl_beta(), 0, 10, false, false, "grpo.kl_beta"));
   const auto& p = s.sampling();
-  MARLAAS_RETURN_IF_ERROR(
-      FloatRange(p.has_temperature(), p.temperature(), 0, 4, true, false, "sampling.temperature"));
+  // From 0.01: far smaller ones sample the argmax anyway, and below 3e-39 1/T is infinite and
+  // every weight NaN.
+  MARLAAS_RETURN_IF_ERROR(FloatRange(p.has_temperature(), p.temperature(), double(0.01f), 4, false,
+                                     false, "sampling.temperature"));
   MARLAAS_RETURN_IF_ERROR(
       FloatRange(p.has_top_p(), p.top_p(), 0, 1, true, false, "sampling.top_p"));
   MARLAAS_RETURN_IF_ERROR(Range(p.has_top_k(), p.top_k(), 0, 1e6, "sampling.top_k"));

@@ -24,6 +24,13 @@ int RunSample(const std::vector<std::string>& argv) {
       !TakeInteger(&args, "sample", "--difficulty", 1, 5, &difficulty) ||
       !TakeInteger(&args, "sample", "--seed", 0, (1LL << 62), &seed))
     return 2;
+  if (temperature != 0 && temperature < 0.01) {  // 1/T would be infinite below 3e-39
+    std::fprintf(stderr,
+                 "marlaas sample: --temperature %g is below 0.01 (0 samples greedily, the "
+                 "most probable token)\n",
+                 temperature);
+    return 2;
+  }
   const bool quiet = TakeSwitch(&args, "--quiet");
   if (int rc = RejectRest("sample", args)) return rc;
   if (task.empty()) {  // the job spec's check would say "field 'task': ''"

@@ -45,6 +45,7 @@ TEST(CliNumbersTest, SampleNamesAMissingTaskAndBadNumbers) {
            {"sample --n 3", "--task T is required"},
            {"sample --task arithmetic --n 0", "--n: '0' is not a whole number in [1, 100000]"},
            {"sample --task arithmetic --temperature nan", "--temperature: 'nan'"},
+           {"sample --task arithmetic --temperature 1e-40", "--temperature 1e-40 is below 0.01"},
            {"sample --task arithmetic --difficulty +2", "--difficulty: '+2'"},
            {"sample --task arithmetic --adapter ''", "--adapter is empty"}}) {
     const auto r = RunMarlaas(args);

@@ -60,7 +60,13 @@ TEST(JobSpecTest, OutOfRangeValuesAreRefusedByName) {
   EXPECT_EQ(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "group_size": 1})"),
             "job spec field 'group_size': 1 is out of range [2, 256]");
   EXPECT_EQ(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "sampling": {"temperature": 0}})"),
-            "job spec field 'sampling.temperature': 0 is out of range (0, 4]");
+            "job spec field 'sampling.temperature': 0 is out of range [0.01, 4]");
+  // A tiny temperature passed (0, 4]: below 3e-39, 1/T is infinite and every weight NaN.
+  EXPECT_EQ(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "sampling": {"temperature": 1e-30}})"),
+            "job spec field 'sampling.temperature': 1e-30 is out of range [0.01, 4]");
+  EXPECT_TRUE(ParseJobSpecJson(
+                  R"({"tenant": "a", "task": "arithmetic", "sampling": {"temperature": 0.01}})")
+                  .ok());
   EXPECT_EQ(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "max_staleness": 17})"),
             "job spec field 'max_staleness': 17 is out of range [0, 16]");
   EXPECT_EQ(ErrorOf(R"({"tenant": "a", "task": "arithmetic", "tool_result_timeout_ms": 99})"),
