@@ -112,15 +112,14 @@ int Run(int argc, char** argv) {
   std::mt19937 rng(1);
   const std::vector<float> peaked = Logits(vocab, true, &rng);
   const std::vector<float> flat = Logits(vocab, false, &rng);
-  model::SamplingParams plain, top_k, top_p, top_p_flat;
+  model::SamplingParams plain, top_k, top_p;
   top_k.top_k = 50;
   top_p.top_p = 0.9f;
-  top_p_flat.top_p = 0.9f;
   std::vector<Row> rows = {
       Sampling("sample, no cut", peaked, plain, runs, draws),
       Sampling("sample, top_k 50", peaked, top_k, runs, draws),
       Sampling("sample, top_p 0.9", peaked, top_p, runs, draws),
-      Sampling("sample, top_p 0.9 flat", flat, top_p_flat, runs, draws),
+      Sampling("sample, top_p 0.9 flat", flat, top_p, runs, draws),
       Logprob("logprob fwd+bwd", 8, vocab, runs),
       Logprob("logprob fwd+bwd, 264", 1024, 264, runs),
   };

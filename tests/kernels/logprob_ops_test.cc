@@ -97,7 +97,7 @@ TEST(LogprobOpsTest, LargeVocabulariesMatchTheReference) {
     for (size_t i = 0; i < 3; ++i) {
       EXPECT_NEAR(lp[i], lp_ref[i], 1e-4 * (1 + std::fabs(lp_ref[i]))) << "vocab " << vocab;
       // The sum of exponentials runs in double lanes: the float result is the reference's to
-      // about an ulp (a single float sum was off by 2e-5 relative here).
+      // about an ulp.
       EXPECT_NEAR(lse[i], lse_ref[i], 2e-7 * (1 + std::fabs(lse_ref[i]))) << "vocab " << vocab;
       // Relative to each entry: the entries are g·softmax, 1e-5 of |g| or far less. A float
       // log-sum-exp near 20 is off by up to half an ulp (1e-6), and so is each exponential.
